@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm.agent import Agent
 from turnfsm.context import ContextManager
 from turnfsm.driver import RetryPolicy, Session
@@ -76,7 +76,7 @@ TEXTS = {"prose": _prose, "code": _code, "json": _json, "non-ascii": _non_ascii}
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(n_ctx=N_CTX) as running:
+    with LlamaServer(n_ctx=N_CTX, n_threads=threads()) as running:
         yield running
 
 

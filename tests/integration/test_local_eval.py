@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm import Agent
 from turnfsm.evals import Evaluation, evaluate, load_probes, shipped_strategy
 from turnfsm.persistence import Session, SQLiteStore
@@ -69,7 +69,7 @@ async def _judged(db: Path, probes: Path) -> Evaluation:
     store = SQLiteStore(db)
     session = await Session.load(store, "support-42")
     await store.aclose()
-    with LlamaServer(n_ctx=4096) as server:
+    with LlamaServer(n_ctx=4096, n_threads=threads()) as server:
         judge = OpenAIModel(model="local", base_url=server.base_url, timeout=600)
         try:
             return await evaluate(

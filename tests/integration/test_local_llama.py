@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 import anyio
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
@@ -40,7 +40,7 @@ N_CTX = 1024
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(n_ctx=N_CTX) as running:
+    with LlamaServer(n_ctx=N_CTX, n_threads=threads()) as running:
         yield running
 
 
@@ -240,7 +240,7 @@ def test_the_server_window_reaches_the_agent(server: LlamaServer) -> None:
 def test_the_bundled_models_whole_context_starts_and_answers() -> None:
     # The server kept every token's logits, n_ctx x 262,144 floats: at the
     # model's trained 32,768 it died reserving 32 GiB, its log printed.
-    with LlamaServer(n_ctx=32_768) as big:
+    with LlamaServer(n_ctx=32_768, n_threads=threads()) as big:
         assert big.context_window == 32_768
         model = OpenAIModel("local", base_url=big.base_url, max_tokens=4)
 

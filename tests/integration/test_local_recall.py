@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm import Agent, recall_tool
 from turnfsm.context import ContextManager, SummarizingCompactor, replaced_ids
 from turnfsm.driver import RetryPolicy, Session, replay
@@ -41,7 +41,7 @@ def read_vault() -> str:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(n_ctx=N_CTX) as running:
+    with LlamaServer(n_ctx=N_CTX, n_threads=threads()) as running:
         yield running
 
 

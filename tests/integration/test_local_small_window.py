@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import Literal
 
 import anyio
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm.agent import Agent
 from turnfsm.driver import RetryPolicy, RunResult, Session
 from turnfsm.errors import ContextExceeded
@@ -37,18 +38,19 @@ PAGE = " ".join(
 )
 
 
-def read_page(name: str) -> str:
+def read_page(name: Literal["today"]) -> str:
     """Read a page of the station log.
 
     Args:
-        name: the page to read, e.g. "today".
+        name: the page to read: "today", the only one (its call's arguments
+            are then a few tokens, not a free string up to the reply's limit).
     """
     return PAGE
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(n_ctx=N_CTX) as running:
+    with LlamaServer(n_ctx=N_CTX, n_threads=threads()) as running:
         yield running
 
 

@@ -20,7 +20,7 @@ import httpx2
 import openai
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm.driver import Driver, RunResult
 from turnfsm.driver._output import OutputType
 from turnfsm.errors import ProviderError
@@ -48,7 +48,7 @@ class City:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(n_ctx=1024) as running:
+    with LlamaServer(n_ctx=1024, n_threads=threads()) as running:
         yield running
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm import Agent
 from turnfsm.context import ContextManager
 from turnfsm.driver import RetryPolicy, RunResult
@@ -91,7 +91,7 @@ def request_text(request: ModelRequest) -> str:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(n_ctx=N_CTX) as running:
+    with LlamaServer(n_ctx=N_CTX, n_threads=threads()) as running:
         yield running
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm.context import ContextManager, SummarizingCompactor
 from turnfsm.driver import Driver, RetryPolicy, Session
 from turnfsm.messages import SUMMARY_COVERS, Message
@@ -37,7 +37,7 @@ N_CTX = 2048
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(n_ctx=N_CTX) as running:
+    with LlamaServer(n_ctx=N_CTX, n_threads=threads()) as running:
         yield running
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from tests.integration._local import require_local_extra
+from tests.integration._local import require_local_extra, threads
 from turnfsm.agent import Agent
 from turnfsm.driver import RetryPolicy, Session
 from turnfsm.messages import Message, ToolCallPart
@@ -33,7 +33,7 @@ REPLY = 16
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(n_ctx=N_CTX) as running:
+    with LlamaServer(n_ctx=N_CTX, n_threads=threads()) as running:
         yield running
 
 

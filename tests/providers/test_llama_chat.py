@@ -33,6 +33,7 @@ READ_LOG = ToolSchema(
     },
 )
 TOOLS = to_openai_tools([READ_LOG])
+OTHER = ToolSchema(name="other", description="Another tool.", parameters={})
 
 
 def _conversation() -> list[dict[str, object]]:
@@ -115,3 +116,52 @@ def test_prefixes_match_what_the_prompt_shows_for_past_replies() -> None:
     assert call_prefix("read_log") in prompt
     assert message_prefix() in prompt
     assert tool_names(TOOLS) == ["read_log"]
+
+
+class _Llama:
+    """What `tool_chat_handler` asks of llama.cpp: each completion's prompt."""
+
+    model_path = "m.gguf"
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def create_completion(self, prompt: str, **options: object) -> dict[str, object]:
+        self.prompts.append(prompt)
+        # The arguments after a call's prefix, else the choice of read_log.
+        called = prompt.endswith(call_prefix("read_log"))
+        text = "{}" if called else "functions.read_log:"
+        return {
+            "choices": [{"text": text, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+        }
+
+
+@pytest.mark.parametrize(
+    ("tools", "tool_choice", "completions"),
+    [
+        # One tool and a call required: the only choice, made without the
+        # model (it cost a grammar-constrained completion of ~8 tokens a turn).
+        (TOOLS, "required", 1),
+        (TOOLS, "auto", 2),
+        (TOOLS + to_openai_tools([OTHER]), "required", 2),
+    ],
+)
+def test_a_call_is_chosen_by_the_model_only_when_there_is_a_choice(
+    monkeypatch: pytest.MonkeyPatch,
+    tools: list[dict[str, object]],
+    tool_choice: str,
+    completions: int,
+) -> None:
+    from turnfsm.providers import _llama_serve
+
+    monkeypatch.setattr(_llama_serve, "_grammar", lambda text: text)
+    monkeypatch.setattr(_llama_serve, "_schema_grammar", lambda schema: schema)
+    llama = _Llama()
+    reply = _llama_serve.tool_chat_handler(
+        llama, _conversation()[:2], tools=tools, tool_choice=tool_choice
+    )
+    call = reply["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call == {"name": "read_log", "arguments": "{}"}
+    assert len(llama.prompts) == completions
+    assert llama.prompts[-1].endswith(call_prefix("read_log"))

@@ -10,6 +10,7 @@ without llama.cpp, on real processes.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -107,6 +108,34 @@ def test_llama_server_tells_the_server_its_own_process_id(
         LlamaServer(model_path=model, port=9).start()
     assert seen["env"][PARENT_ENV] == str(os.getpid())
     assert seen["start_new_session"] is True
+
+
+def test_llama_server_reads_prompts_on_its_n_threads_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # llama.cpp's server reads a prompt on every core unless told: n_threads=1
+    # still used both cores of a busy 2-core machine, its threads waiting for
+    # each other (a 500-token prompt took 2-3x as long as on one thread).
+    from turnfsm.providers import LlamaServer, _local
+
+    seen: list[str] = []
+
+    class Started(Exception):
+        pass
+
+    def popen(command: list[str], **options: Any) -> None:
+        seen.extend(command)
+        raise Started
+
+    monkeypatch.setattr(_local.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(_local.subprocess, "Popen", popen)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    with pytest.raises(Started):
+        LlamaServer(model_path=model, port=9, n_threads=1).start()
+    options = dict(itertools.pairwise(seen))
+    assert options["--n_threads"] == "1"
+    assert options["--n_threads_batch"] == "1"
 
 
 def test_a_window_past_the_bundled_models_context_is_refused(tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ module is imported only in that process (it loads llama.cpp).
 With tools offered and ``tool_choice`` not ``"none"``, a reply is made in two
 grammar-constrained steps (llama.cpp's GBNF grammars): the choice of a tool or
 of a text answer (``"auto"``; a named tool is forced, ``"required"`` picks
-among the tools), then the call's arguments under the tool's JSON-schema
-grammar, or the text. Replies are never longer than ``max_tokens``.
+among the tools, and takes the only one without asking the model), then the
+call's arguments under the tool's JSON-schema grammar, or the text. Replies
+are never longer than ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ def tool_chat_handler(
         forced = tool_choice if isinstance(tool_choice, Mapping) else None
         if forced is not None:
             name = str(forced.get("function", {}).get("name", ""))
+        elif tool_choice == "required" and len(names) == 1:
+            name = names[0]  # the only choice: no completion needed to make it
         else:
             choice = complete(
                 prompt,

@@ -124,7 +124,8 @@ class LlamaServer:
     Attributes:
         model_path: the GGUF file; None uses the bundled Gemma 3 270M.
         n_ctx: the server's context window in tokens.
-        n_threads: CPU threads for inference.
+        n_threads: CPU threads for inference: reading the prompt and
+            generating the reply.
         port: the port; None picks a free one.
         chat_format: the prompt format: ``turnfsm-tools`` (the system
             prompt, the tools, and tool calls made under llama.cpp's
@@ -219,7 +220,11 @@ class LlamaServer:
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--n_ctx", str(self.n_ctx),
+            # Both phases on n_threads: llama.cpp's server would read the
+            # prompt on every core, which on a machine busy with other work
+            # slows it (its threads wait for each other at every step).
             "--n_threads", str(self.n_threads),
+            "--n_threads_batch", str(self.n_threads),
             "--chat_format", self.chat_format,
             # Logits for the last token only (no logprobs are asked for): with
             # every token's, the server reserves n_ctx x the vocabulary's
