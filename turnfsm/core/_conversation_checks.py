@@ -32,7 +32,13 @@ from turnfsm.core._guards import GUARDS
 from turnfsm.core._reducers import ACCEPTS
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
-__all__ = ["OUTCOMES", "PLACED", "RECORDS", "check_conversation"]
+__all__ = [
+    "OUTCOMES",
+    "PLACED",
+    "RECORDS",
+    "check_conversation",
+    "finishes_before_an_answer",
+]
 
 OUTCOMES: Final[Mapping[str, tuple[str, ...]]] = {
     "measure": ("measured",),
@@ -550,3 +556,66 @@ def _misplaced(reducer: str, placed: tuple[str, str]) -> str:
         f"{reducer!r} {does}: it may run only on the way into a {kind} phase"
         f" (its on_enter, or a transition into it)"
     )
+
+
+_UNANSWERED: Final[Mapping[str, str]] = {
+    "run_started": "the run's input",
+    "tools_finished": "the tool results",
+    "tool_calls_reviewed": "the reviewer's results",
+    "output_rejected": "a rejected answer and its re-ask",
+}
+"""A trigger whose event leaves the model's last word unanswered -> what came."""
+
+
+def finishes_before_an_answer(
+    spec: MachineSpec,
+) -> tuple[tuple[str, TransitionSpec, str], ...]:
+    """Each way into a finish phase a run may take without the model's answer.
+
+    A run's answer is the last reply, when the model said its final word:
+    a reply without tool calls. A transition into a finish phase after the
+    input, tool results, a review's results or a re-ask with no such reply
+    since (a `tools_finished` transition straight into `done`, a turn limit
+    that ends the run done) ends it done with nothing to read as the answer.
+    Each is given once, in file order, as (the phase it leaves, the
+    transition, what the model did not answer). The steps that add nothing
+    the model must answer (a measure, a failed call, a compaction, an
+    injection that waits, a signal) keep what came before them. A
+    transition's guards are read as passing: only a reply's
+    ``has_tool_calls`` is told apart.
+    """
+    kinds = {s.name: s.decision for s in spec.states}
+    leaving: dict[str, list[TransitionSpec]] = {}
+    for t in spec.transitions:
+        for source in t.sources:
+            leaving.setdefault(source, []).append(t)
+    replied = _groups(spec, "model_replied")
+    # (phase, what the model has not answered there; None: it answered).
+    start: tuple[str, str | None] = (spec.initial, _UNANSWERED["run_started"])
+    seen = {start}
+    todo = [start]
+    found: dict[int, tuple[str, TransitionSpec, str]] = {}
+    while todo:
+        phase, waiting = todo.pop()
+        for t in leaving.get(phase, ()):
+            if t.trigger == "run_cancelled":
+                continue
+            after: set[str | None]
+            if t.trigger == "model_replied":
+                group = replied[phase]
+                index = next(i for i, e in enumerate(group) if e is t)
+                calls = _may_carry(group, index)
+                after = {None, "a reply with tool calls"} if calls else {None}
+            elif t.trigger in _UNANSWERED:
+                after = {_UNANSWERED[t.trigger]}
+            else:
+                after = {waiting}
+            dest = t.dest or phase
+            for what in after:
+                if what is not None and kinds.get(dest) == "finish":
+                    found.setdefault(id(t), (phase, t, what))
+                if (dest, what) not in seen:
+                    seen.add((dest, what))
+                    todo.append((dest, what))
+    order = {id(t): i for i, t in enumerate(spec.transitions)}
+    return tuple(found[k] for k in sorted(found, key=order.__getitem__))
