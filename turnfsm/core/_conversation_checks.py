@@ -106,6 +106,7 @@ def check_conversation(
             ):
                 problem(_misplaced(reducer, placed), state.name)
     _check_commits(spec, kinds, problem)
+    _check_taken(spec, kinds, accepts, problem)
     _check_heard(spec, kinds, problem, guessed)
     _check_answered(spec, kinds, problem)
     _check_calls_run(spec, kinds, problem)
@@ -366,6 +367,42 @@ def _check_heard(
                 f"[{_HEARD!r}] into another phase (the stock file's goes to "
                 "'start', where the model hears it)",
                 t,
+            )
+
+
+def _check_taken(
+    spec: MachineSpec,
+    kinds: Mapping[str, str | None],
+    accepts: Mapping[str, set[str]],
+    problem: Report,
+) -> None:
+    """No run ends done with an injected message waiting for a phase to take it.
+
+    A message injected while the run is in a phase with no
+    ``message_injected`` transition waits, outside the run, until a phase
+    takes it. So every phase a transition leaves for a finish phase takes
+    one, in a machine that takes injected messages at all (in one that takes
+    none, `RunControl.inject` refuses them); otherwise the run could end done
+    with the message never heard nor kept.
+    """
+    if not any("message_injected" in taken for taken in accepts.values()):
+        return
+    told: set[str] = set()
+    for t in spec.transitions:
+        if kinds.get(t.dest or "") != "finish" or t.trigger in _OWN_PROBLEM:
+            continue
+        for source in t.sources:
+            if "message_injected" in accepts[source] or source in told:
+                continue
+            told.add(source)
+            problem(
+                f"phase {source!r} takes no injected message, but ends the run"
+                f" in {t.dest!r} on {t.trigger!r}: a message injected while the"
+                f" run is in {source!r} waits for a phase that takes it, and the"
+                " run would end done without it, never heard nor kept; give"
+                f" {source!r} a 'message_injected' transition (the stock file's"
+                ' source = "*" one, with actions = ["record_injection"])',
+                source,
             )
 
 
