@@ -23,6 +23,7 @@ transition for:
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Collection, Mapping
 from typing import Final
@@ -376,14 +377,15 @@ def _check_taken(
     accepts: Mapping[str, set[str]],
     problem: Report,
 ) -> None:
-    """No run ends done with an injected message waiting for a phase to take it.
+    """No run ends done or pauses with an injected message waiting outside it.
 
     A message injected while the run is in a phase with no
     ``message_injected`` transition waits, outside the run, until a phase
     takes it. So every phase a transition leaves for a finish phase takes
-    one, in a machine that takes injected messages at all (in one that takes
-    none, `RunControl.inject` refuses them); otherwise the run could end done
-    with the message never heard nor kept.
+    one, and so does every pause phase, in a machine that takes injected
+    messages at all (in one that takes none, `RunControl.inject` refuses
+    them); otherwise the run could end done, or pause and go on once
+    answered (under another control), with the message never heard nor kept.
     """
     if not any("message_injected" in taken for taken in accepts.values()):
         return
@@ -404,6 +406,19 @@ def _check_taken(
                 ' source = "*" one, with actions = ["record_injection"])',
                 source,
             )
+    for state in spec.states:
+        name = state.name
+        if state.decision != "pause" or "message_injected" in accepts[name]:
+            continue
+        problem(
+            f"pause phase {name!r} takes no injected message: a message injected"
+            f" before the run pauses there waits for a phase that takes it, and"
+            " the run pauses, and goes on once answered, without it, never"
+            f" heard nor kept; give {name!r} a 'message_injected' transition"
+            ' (the stock file\'s source = "*" one, with actions ='
+            ' ["record_injection"])',
+            name,
+        )
 
 
 _HEARD: Final = "has_injected_messages"
@@ -603,7 +618,11 @@ _UNANSWERED: Final[Mapping[str, str]] = {
 }
 """A trigger whose event leaves the model's last word unanswered -> what came."""
 
+_KEPT: Final = "(what came before)"
+"""After a transition whose event adds nothing the model must answer."""
 
+
+@functools.lru_cache(maxsize=64)  # asked again by each run given an output type
 def finishes_before_an_answer(
     spec: MachineSpec,
 ) -> tuple[tuple[str, TransitionSpec, str], ...]:
@@ -622,11 +641,21 @@ def finishes_before_an_answer(
     ``has_tool_calls`` is told apart.
     """
     kinds = {s.name: s.decision for s in spec.states}
-    leaving: dict[str, list[TransitionSpec]] = {}
+    # Each phase's ways out: the transition, and what the model has not
+    # answered after it (None: it answered; `_KEPT`: what it had not before).
+    leaving: dict[str, list[tuple[TransitionSpec, tuple[str | None, ...]]]] = {}
     for t in spec.transitions:
+        if t.trigger == "run_cancelled" or t.trigger == "model_replied":
+            continue
+        kept: tuple[str | None, ...] = (_UNANSWERED.get(t.trigger, _KEPT),)
         for source in t.sources:
-            leaving.setdefault(source, []).append(t)
-    replied = _groups(spec, "model_replied")
+            leaving.setdefault(source, []).append((t, kept))
+    for source, group in _groups(spec, "model_replied").items():
+        for i, t in enumerate(group):
+            calls = _may_carry(group, i)
+            leaving.setdefault(source, []).append(
+                (t, (None, "a reply with tool calls") if calls else (None,))
+            )
     # (phase, what the model has not answered there; None: it answered).
     start: tuple[str, str | None] = (spec.initial, _UNANSWERED["run_started"])
     seen = {start}
@@ -634,21 +663,10 @@ def finishes_before_an_answer(
     found: dict[int, tuple[str, TransitionSpec, str]] = {}
     while todo:
         phase, waiting = todo.pop()
-        for t in leaving.get(phase, ()):
-            if t.trigger == "run_cancelled":
-                continue
-            after: set[str | None]
-            if t.trigger == "model_replied":
-                group = replied[phase]
-                index = next(i for i, e in enumerate(group) if e is t)
-                calls = _may_carry(group, index)
-                after = {None, "a reply with tool calls"} if calls else {None}
-            elif t.trigger in _UNANSWERED:
-                after = {_UNANSWERED[t.trigger]}
-            else:
-                after = {waiting}
+        for t, after in leaving.get(phase, ()):
             dest = t.dest or phase
-            for what in after:
+            for told in after:
+                what = waiting if told == _KEPT else told
                 if what is not None and kinds.get(dest) == "finish":
                     found.setdefault(id(t), (phase, t, what))
                 if (dest, what) not in seen:
