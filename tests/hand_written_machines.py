@@ -1,10 +1,11 @@
-"""Machine files a user might write by hand, that the loader once refused though safe.
+"""Machine files a user might write by hand, all of which the loader takes.
 
 Each is the stock file written another way: the checks before a model call
 in the `unless` of the transition that calls it, the emergency pass before
 the failure that covers it once the passes are spent, no compaction at all
 (the run fails on the emergency line), a pass whose result goes straight
-to the model, and a fail phase of its own that only a cancel enters.
+to the model, a fail phase of its own that only a cancel enters, and a run
+that ends done once its tools ran (which a structured output type refuses).
 `tests/driver/test_driver_properties.py` runs each through its adversarial
 scenarios; `tests/core/test_spec.py` and `tests/core/test_termination.py`
 check how they load.
@@ -191,9 +192,24 @@ CANCELLED_PHASE = edit(
 )
 """A fail phase of its own for a cancelled run, that only the cancel enters."""
 
+DONE_AFTER_TOOLS = edit(
+    STOCK,
+    '[[transitions]]\ntrigger = "tools_finished"\nsource = "run_tools"\n'
+    'dest = "start"\nactions = ["record_results"]\n',
+    '[[transitions]]\ntrigger = "tools_finished"\nsource = "run_tools"\n'
+    'dest = "start"\nconditions = ["has_injected_messages"]\n'
+    'actions = ["record_results"]\n\n'
+    '[[transitions]]\ntrigger = "tools_finished"\nsource = "run_tools"\n'
+    'dest = "done"\nactions = ["record_results"]\n',
+)
+"""The run ends done once its tools ran, with no reply after them (unless a
+message was injected): its answer is the text of the reply that called them,
+so an agent with a structured output type refuses it."""
+
 HAND_WRITTEN = {
     "cancelled-phase": CANCELLED_PHASE,
     "call-first": CALL_FIRST,
+    "done-after-tools": DONE_AFTER_TOOLS,
     "emergency-pass-first": EMERGENCY_PASS_FIRST,
     "no-compaction": NO_COMPACTION,
     "pass-straight-to-the-model": PASS_STRAIGHT_TO_THE_MODEL,

@@ -234,6 +234,64 @@ def test_ending_done_with_an_injected_message_unheard_is_refused() -> None:
     ]
 
 
+def test_ending_done_from_a_phase_that_takes_no_injection_is_refused() -> None:
+    """A message injected there waits outside the run, and the run ended done.
+
+    It loaded: a message injected while the model answered its last call
+    waited for a phase that takes it, none came, and the run ended done
+    without it (left in the `RunControl`), never sent nor kept.
+    """
+    wildcard = (
+        '[[transitions]]\ntrigger = "message_injected"\nsource = "*"\n'
+        'actions = ["record_injection"]\n'
+    )
+    text = edit(STOCK, wildcard, "")
+
+    assert problems_of(text) == [
+        (
+            line_of(text, "call_llm  "),
+            "phase 'call_llm' takes no injected message, but ends the run in"
+            " 'done' on 'model_replied': a message injected while the run is in"
+            " 'call_llm' waits for a phase that takes it, and the run would end"
+            " done without it, never heard nor kept; give 'call_llm' a"
+            " 'message_injected' transition (the stock file's source = \"*\" one,"
+            ' with actions = ["record_injection"])',
+        )
+    ]
+    # The phases that end the run done take it: a message waits elsewhere
+    # only until the run comes to one of them.
+    assert MachineSpec.from_toml(
+        edit(STOCK, wildcard, wildcard.replace('"*"', '"call_llm"'))
+    ).states
+
+
+def test_a_pause_that_takes_no_injection_is_refused() -> None:
+    """A message injected before the run pauses there waited outside the run.
+
+    It loaded: the message waited in the `RunControl` while the run paused,
+    and the run, answered (under another control), ended done without it.
+    """
+    approval = (machines_dir() / "approval.toml").read_text()
+    text = edit(
+        approval,
+        '[[transitions]]\ntrigger = "message_injected"\nsource = "*"\n',
+        '[[transitions]]\ntrigger = "message_injected"\nsource = ["start",'
+        ' "call_llm", "run_tools", "compact", "compact_and_retry"]\n',
+    )
+
+    assert problems_of(text) == [
+        (
+            line_of(text, "await_approval    ="),
+            "pause phase 'await_approval' takes no injected message: a message"
+            " injected before the run pauses there waits for a phase that takes"
+            " it, and the run pauses, and goes on once answered, without it,"
+            " never heard nor kept; give 'await_approval' a 'message_injected'"
+            ' transition (the stock file\'s source = "*" one, with actions ='
+            ' ["record_injection"])',
+        )
+    ]
+
+
 def test_a_measuring_phase_that_flushes_only_sometimes_may_hold_a_message() -> None:
     """A guarded flush leaves the rest to the wildcard's, which only records."""
     text = edit(

@@ -1394,13 +1394,14 @@ def test_a_check_narrowed_by_an_unless_an_earlier_one_takes_is_still_a_check() -
 
 @pytest.mark.parametrize("name", sorted(HAND_WRITTEN))
 def test_a_machine_that_keeps_the_promises_its_own_way_loads(name: str) -> None:
-    """Each was refused, though no run of it breaks a promise.
+    """Each loads, as no run of it breaks a promise (most were refused once).
 
     The checks in the `unless` of the model call, the failure that covers
     the emergency pass after it, a failure on the emergency line with no
     compaction at all, a pass whose result goes straight to the model after
-    the turn-limit check, and a fail phase that only the wildcard
-    `run_cancelled` enters (it was "unreachable").
+    the turn-limit check, a fail phase that only the wildcard
+    `run_cancelled` enters (it was "unreachable"), and a run that ends done
+    once its tools ran (a structured output type refuses it, not the loader).
     """
     assert MachineSpec.from_toml(HAND_WRITTEN[name]).states
 

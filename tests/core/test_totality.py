@@ -1,8 +1,9 @@
 """Properties of the brain over every phase, every event class and random runs.
 
-The stock machine, the shipped approval machine (a pause phase) and a user
-machine with a custom effect phase are all checked: the guarantees hold for
-every machine that loads.
+The stock machine, the shipped approval machine (a pause phase), a user
+machine with a custom effect phase and the review machine whose review is a
+sub-agent phase are all checked: the guarantees hold for every machine that
+loads.
 """
 
 from __future__ import annotations
@@ -62,10 +63,26 @@ from turnfsm.core import (
 from turnfsm.errors import IllegalEvent, InvalidMessage
 from turnfsm.messages import Message, OpenCalls, ToolCallPart
 
+
+def _reviewed_by_a_sub_agent() -> MachineSpec:
+    """The shipped review machine, its review the sub-agent phase ``critic``."""
+    text = (REPO_ROOT / "machines" / "review.toml").read_text()
+    old = 'await_review      = { effect = "review" }'
+    assert old in text
+    text = text.replace(old, 'await_review      = { subagent = "critic" }')
+    text += (
+        '\n[subagents.critic]\nmachine = "turn.toml"\nsignal = "revise"\n'
+        'key = "feedback"\nroutes = { approved = "APPROVED" }\n'
+        'task = "Check {reply}"\n'
+    )
+    return MachineSpec.from_toml(text)
+
+
 SPECS = {
     "turn": load_turn_spec(),
     "approval": load_machine(REPO_ROOT / "machines" / "approval.toml"),
     "custom": MachineSpec.from_toml(approval_toml()),
+    "subagent": _reviewed_by_a_sub_agent(),
 }
 SPEC_IDS = list(SPECS)
 SENDS_ON = {"call_llm", "compact", "finish"}
@@ -427,9 +444,28 @@ def answer(machine: TurnMachine) -> st.SearchStrategy[Event]:
             main = reviews(calls)
         case Compact():
             main = passes(estimate)
-        case Perform():
+        case Perform(phase=phase):
+            # The signals the phase ends with (an effect's, or a sub-agent's
+            # answer routed), mostly the one that goes on; one whose
+            # transition adds its data to the conversation carries the message.
+            spec = machine.spec
+            names = sorted(set(spec.accepts(phase)) & set(spec.signals))
+            keys = {
+                t.trigger: t.message
+                for t in spec.transitions
+                if t.message is not None and phase in t.sources
+            }
+
+            def signal(name: str, text: str) -> Signal:
+                if name not in keys:
+                    return Signal(name=name)
+                said = Message.user(text, id=fresh_id())
+                return Signal(name=name, data={keys[name]: text}, message=said)
+
             main = st.builds(
-                Signal, name=st.sampled_from(["approved"] * 4 + ["rejected"])
+                signal,
+                st.sampled_from(names + ["approved"] * 3 * ("approved" in names)),
+                texts.filter(str.strip),
             )
         case Finish() | Fail():
             raise AssertionError("a finished run takes no more events")

@@ -238,3 +238,38 @@ async def test_a_phase_with_no_task_fails_typed_and_runs_no_sub_agent(
     assert result.error.type == "SubagentFailed"
     assert "did not run: its task is ''" in result.error.message
     assert tasks == []
+
+
+@pytest.mark.parametrize("blank", ["", "  \n"], ids=["empty", "blank"])
+async def test_a_blank_answer_ends_the_phase_as_a_failed_child_does(
+    tmp_path: Path, blank: str
+) -> None:
+    """A child that answers nothing (it ended done with no text) did not answer.
+
+    It failed the run with `InvalidMessage` blaming the machine file (the
+    signal's data 'feedback' is blank): the child's blank answer was routed to
+    `revise`, whose transition adds it to the conversation.
+    """
+    mute = Driver(model=writer(blank, blank))
+    driver = Driver(
+        model=writer("Italy."),
+        machine=reviewed(tmp_path),
+        subagents={"critic": mute},
+    )
+    result = await driver.run("Where is Paris?")
+
+    assert result.outcome == "failed"
+    assert isinstance(result.error, EffectFailed), result.error
+    assert result.error.type == "SubagentFailed"
+    assert (
+        f"the sub-agent 'critic' ended done: its answer is blank ({blank!r}: the"
+        " text of its last reply), and a sub-agent phase ends on its answer"
+    ) in result.error.message
+    # With on_failure, the file routes it.
+    routed = Driver(
+        model=writer("Italy."),
+        machine=reviewed(tmp_path, on_failure='"approved"'),
+        subagents={"critic": Driver(model=writer(blank))},
+    )
+    done = await routed.run("Where is Paris?")
+    assert (done.outcome, done.text) == ("done", "Italy.")

@@ -26,6 +26,7 @@ from turnfsm.errors import (
     CompactionStalled,
     ConfigError,
     ContextExceeded,
+    DefinitionError,
     InvalidMessage,
     InvalidReturn,
     MaxTurnsExceeded,
@@ -1122,8 +1123,8 @@ def _injections_only_in(phases: tuple[str, ...]) -> MachineSpec:
 
 @pytest.mark.parametrize(
     ("phases", "joined"),
-    [((), False), (("start",), True), (("call_llm",), True)],
-    ids=["no-phase", "start-only", "call-llm-only"],
+    [((), False), (("start", "call_llm"), True), (("call_llm",), True)],
+    ids=["no-phase", "start-and-call-llm", "call-llm-only"],
 )
 async def test_an_injection_the_phase_cannot_take_waits_or_is_refused_typed(
     phases: tuple[str, ...], joined: bool
@@ -1162,6 +1163,13 @@ async def test_an_injection_the_phase_cannot_take_waits_or_is_refused_typed(
         # The control steers its next run as it did: an injection is queued.
         control.inject(Message.user("later"))
         assert len(control.queued()) == 1
+
+
+def test_a_machine_whose_last_call_takes_no_injection_is_refused() -> None:
+    # It loaded: a message injected while the model gave its final answer
+    # waited for a phase that takes it, and the run ended done without it.
+    with pytest.raises(DefinitionError, match="phase 'call_llm' takes no injected"):
+        _injections_only_in(("start",))
 
 
 async def test_an_injection_queued_before_a_run_that_takes_none_fails_it_typed() -> (

@@ -38,6 +38,7 @@ from turnfsm.core import (
     Perform,
     Signal,
     ToolCallsReviewed,
+    finishes_before_an_answer,
 )
 from turnfsm.driver import (
     Driver,
@@ -553,6 +554,11 @@ def keeps_the_promises(
         with pytest.raises(ConfigError, match="output_rejected"):
             build()
         return
+    if s["structured"] and finishes_before_an_answer(spec):
+        # Refused up front: a run could end done with no answer to read.
+        with pytest.raises(ConfigError, match="end done only on the model's"):
+            build()
+        return
     driver = build()
     path = where / f"{uuid.uuid4().hex}.db" if s.get("sqlite") and where else None
     stores = [SQLiteStore(path)] if path else []
@@ -581,16 +587,16 @@ def keeps_the_promises(
     covered = {i for run in session.runs for c in run.compactions for i in c.covers}
     kept = {m.id for m in session.history} | covered
     if result.outcome == "done":
-        # The model's last word is the answer (a machine may end on a
-        # review after its tools, its last word a tool call's empty text).
-        final = FINAL[bool(s["structured"])]
+        # The model's last word is the answer (a machine may end after its
+        # tools, its last word a tool call's empty text, but not when the
+        # run asks a structured answer: that one is always read).
         assert result.text == (said[-1].text if said else ""), result.text
-        if s["structured"] and said and said[-1].text == final:
-            assert result.output == 7, result.output
+        if s["structured"]:
+            assert (result.text, result.output) == (FINAL[True], 7), result
         # An injection made before the last call reached the model, or a
         # compaction pass (on the record) covered it: never lost silently.
         seen = {m.id for r in model.requests for m in r.messages}
-        assert all(m.id in seen | covered for m in injected[:-1])
+        assert all(m.id in seen | covered for m in injected), injected
         lost = [m.id for m in [start, *said] if m.id not in kept]
         assert not lost, f"done, but {lost} were not committed"
     else:

@@ -1,7 +1,7 @@
 """Every machine that loads keeps the promises: the shipped ones, changed at random.
 
 `test_machine_mutants` runs every single change of a shipped machine through
-six scripted runs. Here hypothesis stacks several changes on one of the four
+seven scripted runs. Here hypothesis stacks several changes on one of the four
 shipped machines (a transition dropped, moved within its group, sent
 elsewhere; a guard or reducer added or removed; a phase added as a copy of
 another with ways in and out, renamed, or given another decision; the

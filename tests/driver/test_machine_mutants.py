@@ -4,13 +4,14 @@ Each single change of `turn.toml`, `approval.toml` and `review.toml` (whose
 reviewer, an effect of the user's, asks for one revision, then approves)
 (a transition dropped,
 moved, sent elsewhere; a reducer, guard or decision added, removed or
-swapped) is loaded; the ones that load run six scripted runs each (tool
+swapped) is loaded; the ones that load run seven scripted runs each (tool
 turns, compaction, an overflow, a provider failure, a cancel, injections),
 and each run must keep what the driver promises for any machine: it ends, it
 never sends a request over the window or one that breaks a tool pair, it
-commits what a done run said and nothing of a failed one, and its session
-reloads and replays. The changes that load are many, so a rule the loader
-lacks shows up here as the promise it breaks.
+commits what a done run said and nothing of a failed one, a done run's
+model heard every injected message, and its session reloads and replays.
+The changes that load are many, so a rule the loader lacks shows up here as
+the promise it breaks.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ SCENARIOS = (
     Scenario(1_500, (10, 10), fail_on=frozenset({1})),
     Scenario(1_500, (10, 10), cancel_on=1, inject_on=frozenset({0})),
     Scenario(300, (2_000,), overflow_on=frozenset({2})),
+    # A message injected while the model gives its final answer.
+    Scenario(4_000, (10,), inject_on=frozenset({1})),
 )
 
 
@@ -139,6 +142,8 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
     problems: list[str] = []
     control = RunControl()
     said: list[Message] = []  # every message the model said, in order
+    injected: list[Message] = []
+    seen: set[str] = set()  # the ids of every message a request carried
     calls = [0]
 
     def model(request: ModelRequest) -> ModelResponse:
@@ -150,8 +155,10 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
             check_history(request.messages)
         except TurnFSMError as exc:
             problems.append(f"call {n}: an invalid request: {exc}")
+        seen.update(m.id for m in request.messages)
         if n in s.inject_on:
-            control.inject(Message.user(f"note {n}"))
+            injected.append(Message.user(f"note {n}"))
+            control.inject(injected[-1])
         if s.cancel_on == n:
             control.cancel("stop")
         if n in s.overflow_on or n in s.fail_on:
@@ -199,6 +206,9 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
         lost = [m.id for m in [start, *said] if m.id not in kept]
         if lost:
             problems.append(f"done, but {lost} were not committed")
+        unheard = [m.id for m in injected if m.id not in seen | covered]
+        if unheard:
+            problems.append(f"done, but injected {unheard} never reached the model")
         if result.text and result.text != said[-1].text:
             problems.append(f"done with {result.text!r}, not the model's last answer")
     elif result.outcome in ("failed", "cancelled"):

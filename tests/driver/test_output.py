@@ -12,8 +12,9 @@ import attrs
 import pydantic
 import pytest
 
+from tests.hand_written_machines import DONE_AFTER_TOOLS, edit
 from tests.helpers import turn_toml_text
-from turnfsm import Agent, approval_machine
+from turnfsm import Agent, approval_machine, machines_dir
 from turnfsm._resources import compaction_machine
 from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.core import (
@@ -23,6 +24,7 @@ from turnfsm.core import (
     OutputRejected,
     Perform,
     ToolCallsReviewed,
+    finishes_before_an_answer,
 )
 from turnfsm.driver import Driver, EffectContext, Session, replay
 from turnfsm.errors import ConfigError, OutputInvalid, PinnedTooLarge
@@ -660,3 +662,82 @@ async def test_an_answer_a_replaced_model_call_let_through_is_logged_in_answer_w
     [line] = [r.getMessage() for r in caplog.records if "does not fit" in r.message]
     assert "(the answer): expected JSON" in line, line
     assert "arguments" not in line, line
+
+
+async def test_a_machine_that_ends_done_after_its_tools_is_refused_by_name() -> None:
+    # It ran: the run ended done with output None, the answer being the
+    # empty text of the reply that called the tools.
+    spec = MachineSpec.from_toml(DONE_AFTER_TOOLS, source="mine.toml")
+    model = ScriptedModel.of(reply("", tool_call("look", q="x")), "x")
+    expected = (
+        "a machine whose runs end done only on the model's final reply to take"
+        " an output_type: machine 'turn' ends the run in 'done' from"
+        " 'run_tools' on 'tools_finished' after the tool results, which the"
+        " model never answered, so the run would end done with no output; go"
+        " to the model first (the shipped turn.toml's 'tools_finished' goes to"
+        " 'start'), or leave output_type out"
+    )
+
+    for build in (Driver, Agent):
+        with pytest.raises(ConfigError) as caught:
+            build(model=model, machine=spec, output_type=Person)
+        assert (caught.value.field, caught.value.value) == ("machine", "turn")
+        assert caught.value.expected == expected
+    driver = Driver(model=model, machine=spec, tools=[look])
+    with pytest.raises(ConfigError) as caught:
+        await driver.run("go", output_type=Person)
+    assert caught.value.expected == expected
+    # Plain text takes it: the answer is the text of the reply that called.
+    result = await driver.run("go", output_type=str)
+    assert (result.outcome, result.output, model.requests[-1].output) == (
+        "done",
+        "",
+        None,
+    )
+
+
+async def look(q: str) -> str:
+    """Look `q` up."""
+    return "found"
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "way"),
+    [
+        (  # the turn limit ends the run done instead of failing it
+            "turn",
+            'dest = "failed"\nconditions = ["is_turn_limit_reached"]\n'
+            'error = "max_turns_exceeded"\n',
+            'dest = "done"\nconditions = ["is_turn_limit_reached"]\n',
+            ("start", "measured", "the run's input"),
+        ),
+        (  # the review looks at the tools' work, and approves it
+            "review",
+            'trigger = "tools_finished"\nsource = "run_tools"\ndest = "start"',
+            'trigger = "tools_finished"\nsource = "run_tools"\ndest = "await_review"',
+            ("await_review", "approved", "the tool results"),
+        ),
+    ],
+    ids=["turn-limit-ends-done", "review-after-tools"],
+)
+def test_each_way_into_done_before_an_answer_is_found(
+    name: str, old: str, new: str, way: tuple[str, str, str]
+) -> None:
+    shipped = (machines_dir() / f"{name}.toml").read_text()
+    spec = MachineSpec.from_toml(edit(shipped, old, new))
+
+    found = finishes_before_an_answer(spec)
+
+    assert [(src, t.trigger, what) for src, t, what in found] == [way]
+    with pytest.raises(ConfigError, match="end done only on the model's final"):
+        Driver(
+            model=ScriptedModel.of(),
+            machine=spec,
+            output_type=int,
+            effects={"review": _approve} if name == "review" else {},
+        )
+    assert finishes_before_an_answer(MachineSpec.from_toml(shipped)) == ()
+
+
+async def _approve(ctx: EffectContext, decision: Perform) -> Event:
+    raise AssertionError("never run")

@@ -8,6 +8,7 @@ and turnfsm's pure value modules.
 from __future__ import annotations
 
 from turnfsm.core._compiled import Step
+from turnfsm.core._conversation_checks import finishes_before_an_answer
 from turnfsm.core._decisions import (
     DECISION_TYPES,
     CallLLM,
@@ -126,6 +127,7 @@ __all__ = [
     "TurnMachine",
     "Usage",
     "emergency_line",
+    "finishes_before_an_answer",
     "line_reason",
     "render_dot",
     "render_mermaid",

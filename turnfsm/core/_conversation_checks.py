@@ -23,6 +23,7 @@ transition for:
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Collection, Mapping
 from typing import Final
@@ -32,7 +33,13 @@ from turnfsm.core._guards import GUARDS
 from turnfsm.core._reducers import ACCEPTS
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
-__all__ = ["OUTCOMES", "PLACED", "RECORDS", "check_conversation"]
+__all__ = [
+    "OUTCOMES",
+    "PLACED",
+    "RECORDS",
+    "check_conversation",
+    "finishes_before_an_answer",
+]
 
 OUTCOMES: Final[Mapping[str, tuple[str, ...]]] = {
     "measure": ("measured",),
@@ -100,6 +107,7 @@ def check_conversation(
             ):
                 problem(_misplaced(reducer, placed), state.name)
     _check_commits(spec, kinds, problem)
+    _check_taken(spec, kinds, accepts, problem)
     _check_heard(spec, kinds, problem, guessed)
     _check_answered(spec, kinds, problem)
     _check_calls_run(spec, kinds, problem)
@@ -363,6 +371,56 @@ def _check_heard(
             )
 
 
+def _check_taken(
+    spec: MachineSpec,
+    kinds: Mapping[str, str | None],
+    accepts: Mapping[str, set[str]],
+    problem: Report,
+) -> None:
+    """No run ends done or pauses with an injected message waiting outside it.
+
+    A message injected while the run is in a phase with no
+    ``message_injected`` transition waits, outside the run, until a phase
+    takes it. So every phase a transition leaves for a finish phase takes
+    one, and so does every pause phase, in a machine that takes injected
+    messages at all (in one that takes none, `RunControl.inject` refuses
+    them); otherwise the run could end done, or pause and go on once
+    answered (under another control), with the message never heard nor kept.
+    """
+    if not any("message_injected" in taken for taken in accepts.values()):
+        return
+    told: set[str] = set()
+    for t in spec.transitions:
+        if kinds.get(t.dest or "") != "finish" or t.trigger in _OWN_PROBLEM:
+            continue
+        for source in t.sources:
+            if "message_injected" in accepts[source] or source in told:
+                continue
+            told.add(source)
+            problem(
+                f"phase {source!r} takes no injected message, but ends the run"
+                f" in {t.dest!r} on {t.trigger!r}: a message injected while the"
+                f" run is in {source!r} waits for a phase that takes it, and the"
+                " run would end done without it, never heard nor kept; give"
+                f" {source!r} a 'message_injected' transition (the stock file's"
+                ' source = "*" one, with actions = ["record_injection"])',
+                source,
+            )
+    for state in spec.states:
+        name = state.name
+        if state.decision != "pause" or "message_injected" in accepts[name]:
+            continue
+        problem(
+            f"pause phase {name!r} takes no injected message: a message injected"
+            f" before the run pauses there waits for a phase that takes it, and"
+            " the run pauses, and goes on once answered, without it, never"
+            f" heard nor kept; give {name!r} a 'message_injected' transition"
+            ' (the stock file\'s source = "*" one, with actions ='
+            ' ["record_injection"])',
+            name,
+        )
+
+
 _HEARD: Final = "has_injected_messages"
 
 _OWN_PROBLEM: Final = frozenset({"message_injected", "run_cancelled"})
@@ -550,3 +608,69 @@ def _misplaced(reducer: str, placed: tuple[str, str]) -> str:
         f"{reducer!r} {does}: it may run only on the way into a {kind} phase"
         f" (its on_enter, or a transition into it)"
     )
+
+
+_UNANSWERED: Final[Mapping[str, str]] = {
+    "run_started": "the run's input",
+    "tools_finished": "the tool results",
+    "tool_calls_reviewed": "the reviewer's results",
+    "output_rejected": "a rejected answer and its re-ask",
+}
+"""A trigger whose event leaves the model's last word unanswered -> what came."""
+
+_KEPT: Final = "(what came before)"
+"""After a transition whose event adds nothing the model must answer."""
+
+
+@functools.lru_cache(maxsize=64)  # asked again by each run given an output type
+def finishes_before_an_answer(
+    spec: MachineSpec,
+) -> tuple[tuple[str, TransitionSpec, str], ...]:
+    """Each way into a finish phase a run may take without the model's answer.
+
+    A run's answer is the last reply, when the model said its final word:
+    a reply without tool calls. A transition into a finish phase after the
+    input, tool results, a review's results or a re-ask with no such reply
+    since (a `tools_finished` transition straight into `done`, a turn limit
+    that ends the run done) ends it done with nothing to read as the answer.
+    Each is given once, in file order, as (the phase it leaves, the
+    transition, what the model did not answer). The steps that add nothing
+    the model must answer (a measure, a failed call, a compaction, an
+    injection that waits, a signal) keep what came before them. A
+    transition's guards are read as passing: only a reply's
+    ``has_tool_calls`` is told apart.
+    """
+    kinds = {s.name: s.decision for s in spec.states}
+    # Each phase's ways out: the transition, and what the model has not
+    # answered after it (None: it answered; `_KEPT`: what it had not before).
+    leaving: dict[str, list[tuple[TransitionSpec, tuple[str | None, ...]]]] = {}
+    for t in spec.transitions:
+        if t.trigger == "run_cancelled" or t.trigger == "model_replied":
+            continue
+        kept: tuple[str | None, ...] = (_UNANSWERED.get(t.trigger, _KEPT),)
+        for source in t.sources:
+            leaving.setdefault(source, []).append((t, kept))
+    for source, group in _groups(spec, "model_replied").items():
+        for i, t in enumerate(group):
+            calls = _may_carry(group, i)
+            leaving.setdefault(source, []).append(
+                (t, (None, "a reply with tool calls") if calls else (None,))
+            )
+    # (phase, what the model has not answered there; None: it answered).
+    start: tuple[str, str | None] = (spec.initial, _UNANSWERED["run_started"])
+    seen = {start}
+    todo = [start]
+    found: dict[int, tuple[str, TransitionSpec, str]] = {}
+    while todo:
+        phase, waiting = todo.pop()
+        for t, after in leaving.get(phase, ()):
+            dest = t.dest or phase
+            for told in after:
+                what = waiting if told == _KEPT else told
+                if what is not None and kinds.get(dest) == "finish":
+                    found.setdefault(id(t), (phase, t, what))
+                if (dest, what) not in seen:
+                    seen.add((dest, what))
+                    todo.append((dest, what))
+    order = {id(t): i for i, t in enumerate(spec.transitions)}
+    return tuple(found[k] for k in sorted(found, key=order.__getitem__))

@@ -22,7 +22,7 @@ from typing import Any, Final, final
 import attrs
 
 from turnfsm._checks import LONG_INT, TOO_DEEP, json_fault
-from turnfsm.core import MachineSpec
+from turnfsm.core import MachineSpec, finishes_before_an_answer
 from turnfsm.driver._arguments import (
     ArgumentsCheck,
     InvalidArguments,
@@ -266,13 +266,17 @@ def check_machine(spec: MachineSpec, output: OutputType) -> None:
     A machine with no model-call phase gives no answer at all: its runs'
     output would never be read. For a structured answer, every phase that
     calls the model must have an `output_rejected` transition, or a
-    rejected answer would be an `IllegalEvent` at run time.
+    rejected answer would be an `IllegalEvent` at run time; and every way
+    into a finish phase must come after the model's final reply (one
+    without tool calls, checked against the type), or a run would end done
+    with no output (`finishes_before_an_answer`).
 
     Raises:
         ConfigError: the machine calls no model (the field is
             `output_type`; names the machine), or a model-call phase has no
-            `output_rejected` transition (the field is the machine; names it
-            and the phases).
+            `output_rejected` transition, or the machine may end done
+            without the model's answer (the field is the machine; names it
+            and the phases, or the transition).
     """
     calls = [s.name for s in spec.states if s.decision == "call_llm"]
     if not calls:
@@ -299,4 +303,17 @@ def check_machine(spec: MachineSpec, output: OutputType) -> None:
             " a structured answer that does not fit (copy the two "
             f"{_TRIGGER!r} transitions of the shipped turn.toml, in"
             " turnfsm.machines_dir())",
+        )
+    unanswered = finishes_before_an_answer(spec)
+    if unanswered:
+        source, t, what = unanswered[0]
+        raise ConfigError(
+            "machine",
+            spec.name,
+            "a machine whose runs end done only on the model's final reply to"
+            f" take an output_type: machine {spec.name!r} ends the run in"
+            f" {t.dest or source!r} from {source!r} on {t.trigger!r} after"
+            f" {what}, which the model never answered, so the run would end"
+            " done with no output; go to the model first (the shipped turn.toml's"
+            " 'tools_finished' goes to 'start'), or leave output_type out",
         )

@@ -463,6 +463,26 @@ def _ended_answer(name: str, result: RunResult[Any]) -> str:
     return result.text
 
 
+def _not_blank(name: str, session_id: str, answer: str) -> str:
+    """A phase's child's `answer`, which must say something.
+
+    A phase ends on its child's answer (routed by it, or added to the
+    conversation): a blank one (a model that replied nothing, a child's
+    machine that ends after its tools) is no answer, and ends the phase as
+    a child that failed does.
+
+    Raises:
+        SubagentFailed: `answer` is blank.
+    """
+    if answer.strip():
+        return answer
+    cause = (
+        f"its answer is blank ({answer!r}: the text of its last reply), and a"
+        " sub-agent phase ends on its answer"
+    )
+    raise SubagentFailed(name, session_id, "done", cause)
+
+
 async def _logged_answer(
     name: str, driver: Driver, session: Session, run_id: str
 ) -> str:
@@ -586,7 +606,8 @@ class PhaseDelegation:
                 `on_failure`.
         """
         try:
-            return self.answered(_ended_answer(decision.effect, result))
+            answer = _ended_answer(decision.effect, result)
+            return self.answered(_not_blank(decision.effect, result.session_id, answer))
         except SubagentFailed as exc:
             return self.failed(decision, exc)
 
@@ -604,7 +625,8 @@ class PhaseDelegation:
         """
         name, driver = decision.effect, self.delegation.driver
         try:
-            return self.answered(await _logged_answer(name, driver, session, run_id))
+            answer = await _logged_answer(name, driver, session, run_id)
+            return self.answered(_not_blank(name, session.id, answer))
         except SubagentFailed as exc:
             return self.failed(decision, exc)
 
@@ -810,7 +832,7 @@ def subagent_effect(
         child = _Child(driver, decision.effect, max_depth, max_children, store)
         try:
             task = phase.task_of(snapshot, decision.effect)
-            answer = await _child_answer(child, task, ctx.session, call_id)
+            answer = await _child_answer(child, task, ctx.session, call_id, phase=True)
         except (SubagentFailed, SubagentTooDeep, SubagentTooMany) as exc:
             return phase.failed(decision, exc)
         return phase.answered(answer)
@@ -826,9 +848,16 @@ def _phase_call(decision: Perform, snapshot: Snapshot) -> str:
 
 
 async def _child_answer(
-    child: _Child, task: str, parent: Session | None, call_id: str | None
+    child: _Child,
+    task: str,
+    parent: Session | None,
+    call_id: str | None,
+    *,
+    phase: bool = False,
 ) -> str:
     """Run (or carry on) the child of call `call_id` of `parent`; its answer.
+
+    A `phase`'s child must answer something (`_not_blank`).
 
     Raises:
         SubagentTooDeep, SubagentTooMany: a limit is reached (nothing runs).
@@ -871,7 +900,7 @@ async def _child_answer(
         if tally is not None:
             (await _spent(driver, session, earlier)).count_in(tally)
         if earlier.outcome == "done":
-            return earlier.text
+            return _not_blank(name, session.id, earlier.text) if phase else earlier.text
         raise SubagentFailed(
             name, session.id, earlier.outcome, _cause(earlier.error, None)
         )
@@ -940,7 +969,7 @@ async def _child_answer(
     if result.outcome != "done":
         cause = _cause(result.error, result.waiting)
         raise SubagentFailed(name, session.id, result.outcome, cause)
-    return result.text
+    return _not_blank(name, session.id, result.text) if phase else result.text
 
 
 @attrs.frozen
