@@ -601,6 +601,10 @@ def test_the_demo_exports_when_an_endpoint_is_set(tmp_path: Path) -> None:
 def test_no_receiver_never_holds_the_demo_up(tmp_path: Path) -> None:
     endpoint = f"http://127.0.0.1:{_closed_port()}"
     started = time.monotonic()
+    untraced = _cli(["demo", "--quiet"], {}, tmp_path)
+    baseline = time.monotonic() - started
+    assert untraced.returncode == 0, untraced.stderr
+    started = time.monotonic()
     done = _cli(
         ["demo", "--quiet", "--trace"],
         {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint},
@@ -610,8 +614,9 @@ def test_no_receiver_never_holds_the_demo_up(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "final answer" in done.stdout
     assert "traces not delivered" in done.stderr
-    # The SDK alone would block ~7 s flushing at exit; a closed port costs none.
-    assert elapsed < 6.0, elapsed
+    # The SDK alone would block ~7 s flushing at exit; a closed port costs
+    # none. Against the same demo untraced: the machine may be busy.
+    assert elapsed - baseline < 4.0, (elapsed, baseline)
 
 
 class _NotOTLP(http.server.BaseHTTPRequestHandler):
