@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any, Protocol, TypeAlias, final
 
 import attrs
-from transitions import Machine, State
+from transitions import EventData, Machine, State, Transition
 from transitions.core import Event as TransitionsEvent
 
 from turnfsm.core._deciders import Decide, _decider
@@ -76,16 +76,51 @@ class _Data(Protocol):
     model: _Model
 
 
-_Candidate: TypeAlias = tuple[tuple[Guard, ...], tuple[Guard, ...], TransitionsEvent]
+@final
+class _Firing:
+    """One transition of the Machine, fired from the phase it leaves (internal).
+
+    What `Event.trigger` would do for a trigger of this transition alone,
+    minus its look-ups: the brain has picked the transition already (its
+    source is the model's state), so it hands `Transition.execute` the
+    `EventData` that `Event._process` would, and `transitions` runs the
+    callbacks and changes the state. The Machine has no queue and no
+    `prepare_event`, `finalize_event` or `on_exception` callbacks, so
+    nothing the trigger would do is left out.
+    """
+
+    __slots__ = ("event", "machine", "source", "transition")
+
+    def __init__(self, machine: Machine, name: str, source: str) -> None:
+        self.event: TransitionsEvent = machine.events[name]
+        self.machine = machine
+        self.source: State = machine.get_state(source)
+        self.transition: Transition = self.event.transitions[source][0]
+
+    @property
+    def name(self) -> str:
+        """The transition's trigger of its own (``measured#3``)."""
+        return self.event.name
+
+    def fire(self, model: _Model) -> None:
+        """Take `model` along the transition."""
+        data = EventData(self.source, self.event, self.machine, model, (), {})
+        data.transition = self.transition
+        data.result = self.transition.execute(data)
+
+
+_Candidate: TypeAlias = tuple[tuple[Guard, ...], tuple[Guard, ...], _Firing]
 """One transition of a (phase, trigger) group: its conditions, its `unless`
-guards and the `transitions` event that fires it alone (internal)."""
+guards and how it is fired (internal)."""
 
 _Groups: TypeAlias = dict[str, tuple[_Candidate, ...]]
 """Phase -> the transitions one trigger may fire there, in file order."""
 
 
-def _select(candidates: tuple[_Candidate, ...], s: Snapshot, event: Event) -> Any:
-    """Return the `transitions` event of the first candidate whose guards pass."""
+def _select(
+    candidates: tuple[_Candidate, ...], s: Snapshot, event: Event
+) -> _Firing | None:
+    """Return the firing of the first candidate whose guards pass."""
     for conditions, unless, fire in candidates:
         passed = True
         for guard in conditions:
@@ -201,9 +236,9 @@ class _Compiled:
                     t.dest,
                     before=[partial(_fire, step, base, failure, reducers)],
                 )
-            fire = machine.events[name]
             by_phase = groups.setdefault(t.trigger, {})
             for source in t.sources:
+                fire = _Firing(machine, name, source)
                 by_phase.setdefault(source, []).append((conditions, unless, fire))
         table: dict[str, _Groups] = {
             trigger: {phase: tuple(c) for phase, c in by_phase.items()}

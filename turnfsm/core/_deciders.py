@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 from turnfsm.core._decisions import (
     CallLLM,
@@ -25,6 +25,8 @@ from turnfsm.messages import OpenCalls, ToolCallPart
 __all__ = ["Decide", "_decider"]
 
 
+_D = TypeVar("_D", Measure, CallLLM, RunTools)
+
 Decide: TypeAlias = Callable[[Snapshot, OpenCalls], Decision]
 """The decision a phase emits, given the snapshot and its pending's open calls."""
 
@@ -42,18 +44,32 @@ def _unanswered(s: Snapshot, left_open: OpenCalls) -> tuple[ToolCallPart, ...]:
     return tuple(calls)
 
 
+def _made(cls: type[_D], /, **fields: object) -> _D:
+    """`cls(**fields)` without its validators: a decision of the snapshot's values.
+
+    The brain makes a decision per event from its snapshot, whose fields were
+    checked when they were set (the logs, the turn count, the last reply's
+    calls): checking them again would cost more than the rest of the
+    decision (`Snapshot.replace` skips them likewise).
+    """
+    decision = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(decision, name, value)
+    return decision
+
+
 def _decider(spec: MachineSpec, state: StateSpec) -> Decide:
     """Return how the phase `state` decides (built once per spec)."""
     kind = state.decision
     phase = state.name
     if kind == "measure":
-        return lambda s, _o: Measure(history=s.history, pending=s.pending)
+        return lambda s, _o: _made(Measure, history=s.history, pending=s.pending)
     if kind == "call_llm":
-        return lambda s, _o: CallLLM(
-            history=s.history, pending=s.pending, turn=s.turns + 1
+        return lambda s, _o: _made(
+            CallLLM, history=s.history, pending=s.pending, turn=s.turns + 1
         )
     if kind == "run_tools":
-        return lambda s, o: RunTools(calls=_unanswered(s, o))
+        return lambda s, o: _made(RunTools, calls=_unanswered(s, o))
     if kind == "pause":
         accepts = spec.accepts(phase)
         return lambda s, o: Pause(phase=phase, calls=_unanswered(s, o), accepts=accepts)

@@ -16,9 +16,10 @@ time, so at run time a (phase, trigger) pair either fires exactly one
 transition (the first whose guards pass; every group ends unconditionally)
 or is not accepted at all (`IllegalEvent`). The guards are pure, so the
 brain evaluates a group itself from a table built once per spec, and fires
-the winner through `transitions` under a trigger of that transition alone
-(``measured#3``): the state change, the callbacks and their order are
-`transitions`', but no guard is checked twice or through its machinery.
+the winner through `transitions` as the trigger of that transition alone
+(``measured#3``) would, by its `Transition.execute`: the state change, the
+callbacks and their order are `transitions`', but no guard is checked twice
+or through its machinery, and no trigger looks up what the brain knows.
 
 Rule 2 - state changes happen in one order: a signal's message, where the
 transition names one (``message = KEY``: `Signal.message` joins pending), then
@@ -259,7 +260,7 @@ class TurnMachine:
         if fire is None:
             raise IllegalEvent(phase=self.phase, event=trigger_of(event))
         model.event = event
-        fire.trigger(model)
+        fire.fire(model)
         model.event = None
 
     def message_key(self, event: Signal) -> str | None:

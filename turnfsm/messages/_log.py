@@ -75,10 +75,12 @@ class MessageLog(Sequence[Message]):
         return self._store.memo
 
     def items_from(self, start: int) -> Iterator[Message]:
-        """Iterate over the items from index `start` on, without copying."""
-        items = self._store.items
-        for i in range(start, self._len):
-            yield items[i]
+        """Iterate over the items from index `start` on, copying none before it.
+
+        The incremental readers ask for the few items a log grew by: a slice
+        of those is cheaper than a generator over them.
+        """
+        return iter(self._store.items[start : self._len])
 
     def __len__(self) -> int:
         return self._len
@@ -97,7 +99,9 @@ class MessageLog(Sequence[Message]):
         return self._store.items[index]
 
     def __iter__(self) -> Iterator[Message]:
-        return self.items_from(0)
+        items = self._store.items
+        for i in range(self._len):
+            yield items[i]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, MessageLog):
