@@ -89,15 +89,24 @@ def test_a_server_whose_starter_is_killed_stops(tmp_path: Path) -> None:
 def test_llama_server_tells_the_server_its_own_process_id(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    _command, seen = _started(monkeypatch, tmp_path)
+    assert seen["env"][PARENT_ENV] == str(os.getpid())
+    assert seen["start_new_session"] is True
+
+
+def _started(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **settings: Any
+) -> tuple[list[str], dict[str, Any]]:
+    """The command and the options `LlamaServer(**settings).start()` runs with."""
     from turnfsm.providers import LlamaServer, _local
 
-    seen: dict[str, Any] = {}
+    seen: list[tuple[list[str], dict[str, Any]]] = []
 
     class Started(Exception):
         pass
 
     def popen(command: list[str], **options: Any) -> None:
-        seen.update(options)
+        seen.append((command, options))
         raise Started
 
     monkeypatch.setattr(_local.importlib.util, "find_spec", lambda name: object())
@@ -105,9 +114,9 @@ def test_llama_server_tells_the_server_its_own_process_id(
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     with pytest.raises(Started):
-        LlamaServer(model_path=model, port=9).start()
-    assert seen["env"][PARENT_ENV] == str(os.getpid())
-    assert seen["start_new_session"] is True
+        LlamaServer(model_path=model, port=9, **settings).start()
+    [started] = seen
+    return started
 
 
 def test_llama_server_reads_prompts_on_its_n_threads_too(
@@ -116,24 +125,8 @@ def test_llama_server_reads_prompts_on_its_n_threads_too(
     # llama.cpp's server reads a prompt on every core unless told: n_threads=1
     # still used both cores of a busy 2-core machine, its threads waiting for
     # each other (a 500-token prompt took 2-3x as long as on one thread).
-    from turnfsm.providers import LlamaServer, _local
-
-    seen: list[str] = []
-
-    class Started(Exception):
-        pass
-
-    def popen(command: list[str], **options: Any) -> None:
-        seen.extend(command)
-        raise Started
-
-    monkeypatch.setattr(_local.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setattr(_local.subprocess, "Popen", popen)
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    with pytest.raises(Started):
-        LlamaServer(model_path=model, port=9, n_threads=1).start()
-    options = dict(itertools.pairwise(seen))
+    command, _options = _started(monkeypatch, tmp_path, n_threads=1)
+    options = dict(itertools.pairwise(command))
     assert options["--n_threads"] == "1"
     assert options["--n_threads_batch"] == "1"
 
