@@ -23,9 +23,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, final
-
-import attrs
+from typing import Any, Final, NamedTuple
 
 from turnfsm import serde
 from turnfsm._json import compact_encoder, escape_surrogates
@@ -52,10 +50,11 @@ MESSAGE_REF: Final = "$msg"
 _MESSAGE_KEYS: Final = frozenset({"id", "role", "parts", "metadata"})
 
 
-@final
-@attrs.frozen(kw_only=True)
-class Row:
+class Row(NamedTuple):
     """One entry ready for a database: its kind, run, body and message contents.
+
+    A named tuple: one is made per entry appended, and a tuple is made in
+    one step where a frozen attrs class sets its fields one by one.
 
     Attributes:
         kind: The entry's class name (``EventRecorded``, ...).
@@ -155,23 +154,31 @@ def _reference(value: dict[str, Any], out: dict[str, str]) -> dict[str, str]:
     return {MESSAGE_REF: digest}
 
 
+_LEAVES: Final = frozenset({str, int, float, bool, type(None)})
+"""The exact types of JSON's leaves: nothing `_strip` looks for is inside one."""
+
+
 def _strip(value: Any, out: dict[str, str]) -> Any:
     """Return the container `value` with every message in it replaced by a reference.
 
     Copy on write: a dict or list holding no message is returned as it is
     (nothing in it changes), so the walk allocates only along the paths
     that lead to a message. A leaf (a string, a number) is passed over
-    where it is met, without a call.
+    where it is met, by its exact type (a set lookup, where telling it from
+    a dict and a list took two `isinstance` calls).
     """
     pairs = value.items() if isinstance(value, dict) else enumerate(value)
     changed: Any = None
     for key, item in pairs:
-        if isinstance(item, dict):
+        kind = type(item)
+        if kind in _LEAVES:
+            continue
+        if kind is dict or isinstance(item, dict):
             if item.keys() == _MESSAGE_KEYS and isinstance(item["parts"], list):
                 new = _reference(item, out)
             else:
                 new = _strip(item, out)
-        elif isinstance(item, list):
+        elif kind is list or isinstance(item, list):
             new = _strip(item, out)
         else:
             continue
@@ -188,16 +195,56 @@ def encode(entry: Entry) -> Row:
     One walk over the entry's envelope (`serde.envelope`) swaps each message
     for its reference as it meets it; the body and every message are then
     JSON text written by one prebuilt encoder (compact, sorted keys).
+
+    The envelope around the data is the same text for every entry of a
+    class (`_frame`): only the data (`serde.to_json`) is walked and
+    written, between the two, which is the text the whole envelope would
+    be written as. Data that is itself a message (no entry's is) takes the
+    whole envelope's path, where it becomes a reference.
     """
     messages: dict[str, str] = {}
-    body = _strip(serde.envelope(entry), messages)
+    data = serde.to_json(entry)
+    try:
+        frame = _FRAMES[type(entry)]
+    except KeyError:
+        frame = _frame(entry)
+    if frame is None or type(data) is not dict or data.keys() == _MESSAGE_KEYS:
+        body = _dumps(_strip(serde.envelope(entry), messages))
+    else:
+        body = frame[0] + _dumps(_strip(data, messages)) + frame[1]
     return Row(
-        kind=type(entry).__name__,
-        run_id=entry.run_id,
-        body=_dumps(body),
-        messages=messages,
-        key=getattr(entry, "key", None),
+        type(entry).__name__,
+        entry.run_id,
+        body,
+        messages,
+        getattr(entry, "key", None),
     )
+
+
+_FRAMES: Final[dict[type, tuple[str, str] | None]] = {}
+"""Entry class -> its envelope's text before and after the data (`_frame`)."""
+
+_DATA: Final = "data"
+"""The envelope's key of the record's data (`serde.envelope`)."""
+
+
+def _frame(entry: Entry) -> tuple[str, str] | None:
+    """The envelope's text around the data, for every entry of `entry`'s class.
+
+    Taken from `serde.envelope` itself, its data put aside: the version and
+    the class name around it do not change from one entry of a class to
+    the next. None (the whole envelope written each time) if the envelope
+    is not that.
+    """
+    wrapped = serde.envelope(entry)
+    frame = None
+    if _DATA in wrapped and len(wrapped) == 3:  # the version, the type, the data
+        text = _dumps({**wrapped, _DATA: 0})
+        before, found, after = text.partition(f'"{_DATA}":0')
+        if found:
+            frame = (f'{before}"{_DATA}":', after)
+    _FRAMES[type(entry)] = frame
+    return frame
 
 
 def _filled(

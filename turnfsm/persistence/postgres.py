@@ -56,7 +56,7 @@ from types import TracebackType
 from typing import Final, final
 
 try:
-    import psycopg
+    import psycopg  # noqa: F401 - first, to name the extra when it is missing
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "turnfsm.persistence.postgres needs psycopg 3: "
@@ -75,6 +75,7 @@ from turnfsm.persistence._postgres_append import (
     _append,
     _check_keys,
     _Conn,
+    _Connection,
     _Op,
     _Step,
 )
@@ -279,7 +280,7 @@ class PostgresStore:
         # UTF-8 on the wire whatever the database's encoding: a SQL_ASCII
         # database keeps the bytes as sent and gives them back the same, where
         # a client speaking its encoding read them back as bytes, not text.
-        conn = await psycopg.AsyncConnection.connect(
+        conn = await _Connection.connect(
             self._url,
             autocommit=True,
             connect_timeout=self._wait,
