@@ -1,12 +1,16 @@
 """A process killed (SIGKILL) in the middle of a tool call, for the resume tests.
 
-    python -m tests.driver.cut_short_worker DB EFFECTS SESSION_FILE
+    python -m tests.driver.cut_short_worker DB EFFECTS SESSION_FILE [WHERE]
 
 It fills a session with a few notes, then asks for a delivery: the
 ``deliver`` tool writes its side effect (a line in EFFECTS) and the process
 kills itself before the call's result reaches the log. The session id is
 written to SESSION_FILE first. `tests/driver/test_cut_short.py` resumes the
 run in another process with `driver` (the same model and tool, no kill).
+
+WHERE ``model`` or ``model-idempotent``: the tool finishes (marked safe to
+run twice or not) and the process kills itself in the model call that
+follows, when the model is asked about the tool's result.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ NOTES = 6
 def answer(request: ModelRequest) -> Message:
     """The scripted model: notes are acknowledged, a delivery calls the tool."""
     last = request.messages[-1]
+    if last.role is Role.TOOL and os.environ.get(_DIE_IN_MODEL):
+        _die()
     if last.role is Role.TOOL:
         (result,) = last.tool_results
         return reply(f"delivery: {result.content}")
@@ -69,20 +75,35 @@ def driver(effects: str, *, idempotent: bool, then: Callable[[], None]) -> Drive
     )
 
 
+_DIE_IN_MODEL = "TURNFSM_TEST_DIE_IN_MODEL"
+"""Set (by `main`): the model kills the process when asked about a result."""
+
+
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def main(path: str, effects: str, session_file: str) -> None:
+def _live() -> None:
+    pass
+
+
+async def main(path: str, effects: str, session_file: str, where: str = "tool") -> None:
     store = SQLiteStore(path)
     session = Session(store=store)
     await anyio.Path(session_file).write_text(session.id)
-    dying = driver(effects, idempotent=False, then=_die)
+    in_model = where.startswith("model")
+    dying = driver(
+        effects,
+        idempotent=where == "model-idempotent",
+        then=_live if in_model else _die,
+    )
     for i in range(NOTES):
         note = f"note {i}: the code of box {i} is {1000 + i}. " + "filler " * 120
         assert (await dying.run(note, session=session)).ok
+    if in_model:
+        os.environ[_DIE_IN_MODEL] = "1"
     await dying.run("deliver parcel p1", session=session)
-    raise AssertionError("not reached: the tool kills the process")
+    raise AssertionError("not reached: the process kills itself")
 
 
 if __name__ == "__main__":

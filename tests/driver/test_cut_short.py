@@ -20,10 +20,17 @@ import pytest
 from tests.driver import cut_short_worker as worker
 from tests.helpers import run_killed
 from turnfsm import Driver
+from turnfsm.core import ToolsFinished
 from turnfsm.driver import Tool, function_tool, replay
 from turnfsm.errors import ConfigError, InvalidMessage
 from turnfsm.messages import Message, ToolCallPart, check_history
-from turnfsm.persistence import Session, SQLiteStore, ToolResultRecorded, Verdict
+from turnfsm.persistence import (
+    EventRecorded,
+    Session,
+    SQLiteStore,
+    ToolResultRecorded,
+    Verdict,
+)
 from turnfsm.testing import ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -89,6 +96,52 @@ async def test_a_call_killed_mid_tool_is_closed_as_interrupted_on_resume(
     assert list(reopened.history) == list(session.history)
     assert all(replay(None, reopened, r.run_id).ok for r in reopened.runs)
     assert len(effects.read_text().split()) == (2 if idempotent else 1)
+    await store.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_run_killed_while_the_model_reads_a_result_loses_no_call_it_cannot_redo(
+    tmp_path: Path, idempotent: bool
+) -> None:
+    # The tool finished; the process died in the model call that followed.
+    # A result of a tool not safe to run twice was logged before that call:
+    # the resumed run does not run it again. One of a tool safe to run twice
+    # rides the reply's append: lost with the process, the call runs again.
+    path, effects, session_file = tmp_path / "s.db", tmp_path / "fx", tmp_path / "id"
+    where = "model-idempotent" if idempotent else "model"
+    run_killed(
+        "tests.driver.cut_short_worker",
+        str(path),
+        str(effects),
+        str(session_file),
+        where,
+    )
+    assert effects.read_text().split() == ["p1"]  # the tool ran, and finished
+    store = SQLiteStore(path)
+    session = await Session.load(store, session_file.read_text())
+    (run,) = session.open_runs()
+    logged = [
+        e.event
+        for e in session.entries
+        if isinstance(e, EventRecorded) and e.run_id == run.run_id
+    ]
+    assert [type(e) is ToolsFinished for e in logged].count(True) == (
+        0 if idempotent else 1
+    )
+    driver = worker.driver(str(effects), idempotent=idempotent, then=_nothing)
+
+    result = await driver.resume(session, run.run_id, force=True)
+
+    assert result.outcome == "done", result.error
+    assert result.text == "delivery: p1 delivered"  # never closed as interrupted
+    assert effects.read_text().split() == ["p1", "p1"] if idempotent else ["p1"]
+    (closing,) = [p for m in session.history for p in m.tool_results]
+    assert (closing.content, closing.is_error) == ("p1 delivered", False)
+    check_history(session.history)
+    reopened = await Session.load(store, session.id)
+    assert list(reopened.history) == list(session.history)
+    assert all(replay(None, reopened, r.run_id).ok for r in reopened.runs)
     await store.aclose()
 
 

@@ -109,6 +109,59 @@ async def test_an_interrupted_batch_resumes_without_running_a_finished_tool(
         assert "effects are unknown" in c3.content
 
 
+async def test_results_riding_the_next_reply_are_kept_when_the_run_is_interrupted() -> (
+    None
+):
+    # A tool safe to run twice has its results written with the next reply,
+    # not before the model is asked: interrupted in that call, the run still
+    # writes them (with its end), and its resume does not run the tool again.
+    ran: list[str] = []
+    asked = anyio.Event()
+
+    async def slow_model(request: ModelRequest) -> Message:
+        if any(m.role.value == "tool" for m in request.messages):
+            asked.set()
+            await anyio.sleep_forever()
+        return reply("", tool_call("work", "c1", name="a"))
+
+    async def work(name: str) -> str:
+        """Do one piece of work.
+
+        Args:
+            name: which piece.
+        """
+        ran.append(name)
+        return f"{name} done"
+
+    session = Session()
+    driver = Driver(
+        model=FakeModelClient(slow_model),
+        tools=[function_tool(work, idempotent=True)],
+    )
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def run() -> None:
+                await driver.run("do a", session=session)
+
+            group.start_soon(run)
+            await asked.wait()
+            group.cancel_scope.cancel()
+
+    interrupted = session.runs[-1]
+    assert interrupted.outcome == "interrupted"
+    assert ran == ["a"]
+    driver = Driver(
+        model=FakeModelClient(_model), tools=[function_tool(work, idempotent=True)]
+    )
+    result = await driver.resume(session, interrupted.run_id)
+
+    assert (result.outcome, result.text) == ("done", "all three done")
+    assert ran == ["a"]  # its result was kept: it did not run again
+    (a,) = [part for m in session.history for part in m.tool_results]
+    assert (a.call_id, a.content, a.is_error) == ("c1", "a done", False)
+
+
 WORKER = Path(__file__).with_name("interrupt_worker.py")
 
 

@@ -72,6 +72,7 @@ from turnfsm.core import (
     RunCancelled,
     RunTools,
     Signal,
+    ToolsFinished,
     TurnMachine,
     trigger_of,
 )
@@ -372,10 +373,21 @@ class RunLoop(Ending):
             # The run's end is one append: these entries (its final commit
             # among them) are written with its `RunEnded` (`Ending.end`).
             self.held, self.held_history = entries, after.history
-        elif type(event) is Measured and not changed:
-            # A measurement is redone from the log after a crash, so it rides
-            # the next append (the reply's, or the pass's): one commit less
-            # a turn, and a crash before that append loses nothing replay needs.
+        elif not changed and (
+            type(event) is Measured
+            or (
+                type(event) is ToolsFinished
+                and type(last) is RunTools
+                and not to_close(last.calls, {}, self.run.tools)
+            )
+        ):
+            # A measurement is redone from the log after a crash, and so is a
+            # batch whose every tool is safe to run twice (`Tool.idempotent`:
+            # a call with no logged result runs again on resume). Either rides
+            # the next append (the reply's, the pass's, the run's end): one
+            # commit less a turn, and a crash before that append loses
+            # nothing replay needs. Any other batch's results are written
+            # before the model is asked again: such a call never runs twice.
             self._riding += entries
         else:
             await self._write(*entries, history=after.history)

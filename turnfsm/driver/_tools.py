@@ -107,10 +107,13 @@ class Tool:
         idempotent: The tool is safe to run twice with the same arguments
             (a read, a lookup, a write keyed by the call's id). A call whose
             run stopped before it finished (the process died, or was
-            interrupted) is run again when the run resumes. Off by default:
-            such a call is closed with an error result saying it was
-            interrupted and its effects are unknown, and the model decides
-            whether to call it again.
+            interrupted) is run again when the run resumes. Its results
+            are written with the model's next reply, not before the model
+            is asked (one write a turn less; a crash in between runs the
+            call again). Off by default: such a call is closed with an
+            error result saying it was interrupted and its effects are
+            unknown, and the model decides whether to call it again, and a
+            batch's results are written before the model is asked.
 
     Raises:
         ConfigError: `parameters` is not a mapping of JSON values (None, a
