@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from tests.helpers import REPO_ROOT
@@ -755,6 +756,26 @@ def test_a_turnfsm_store_that_cannot_be_used_names_the_variable(
 
     assert "change TURNFSM_STORE" in str(caught.value)
     assert caught.value.setting == "TURNFSM_STORE"
+
+
+def test_only_a_path_that_names_no_store_is_said_to_need_another_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that is there but failing is no reason to point elsewhere."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database, " * 100)
+    monkeypatch.setenv("TURNFSM_STORE", str(notes))
+    with pytest.raises(StoreUnusable) as caught:
+        Agent(model=ScriptedModel.of())
+    assert caught.value.names_no_store
+    assert str(caught.value).endswith("; change TURNFSM_STORE (nothing was changed)")
+    # The store's own trouble, whatever its words: no setting to change.
+    busy = StoreUnusable(
+        str(notes), "it is locked by another writer", setting="TURNFSM_STORE"
+    )
+    assert "change TURNFSM_STORE" not in str(busy)
+    written = attrs.evolve(caught.value, in_doubt=True)  # a write, not the path
+    assert "change TURNFSM_STORE" not in str(written)
 
 
 # -- the stored row format (pinned: files written before must still load) ----

@@ -178,14 +178,17 @@ class StoreUnusable(StoreError):
     the connection was lost before its answer, on every connection tried:
     it may have been written, and reloading the session tells. `setting`
     names what chose the store when it was opened (``--store``,
-    ``TURNFSM_STORE``; "" when the caller gave it): when the path names no
-    store (a directory, a file of another kind), the message says to change it.
+    ``TURNFSM_STORE``; "" when the caller gave it). `names_no_store` is
+    True when the path names something that is no store of turnfsm's (a
+    directory, a file of another kind, another application's database):
+    with a `setting`, the message says to change it.
     """
 
     path: str
     reason: str
     in_doubt: bool = False
     setting: str = attrs.field(default="", kw_only=True)
+    names_no_store: bool = attrs.field(default=False, kw_only=True)
 
     def __str__(self) -> str:
         outcome = (
@@ -193,7 +196,7 @@ class StoreUnusable(StoreError):
             if self.in_doubt
             else "nothing was changed"
         )
-        wrong = self.reason.startswith("it is ") and not self.in_doubt
+        wrong = self.names_no_store and not self.in_doubt
         change = f"; change {self.setting}" if self.setting and wrong else ""
         return (
             f"cannot use {self.path} as a turnfsm session store: {self.reason}"

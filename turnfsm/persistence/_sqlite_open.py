@@ -463,7 +463,9 @@ def _check_kind(path: Path, where: str) -> None:
         raise StoreUnusable(where, f"it cannot be read ({exc.strerror})") from None
     kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
     if kind:
-        raise StoreUnusable(where, f"it is {kind}, not a regular file")
+        raise StoreUnusable(
+            where, f"it is {kind}, not a regular file", names_no_store=True
+        )
     if not os.access(path, os.R_OK):
         raise StoreUnusable(where, "it cannot be read (Permission denied)")
 
@@ -509,15 +511,19 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
     if code in _HELD:
         return StoreUnusable(where, f"another process held it locked ({exc})")
     if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
-        return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
+        return StoreUnusable(
+            where, f"it is not a usable SQLite database ({exc})", names_no_store=True
+        )
     try:
         with open(path, "rb") as file:
             head = file.read(len(_HEADER))
     except OSError:
         head = _HEADER
     if head and head != _HEADER:
-        return StoreUnusable(where, "it is not an SQLite database")
-    return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
+        return StoreUnusable(where, "it is not an SQLite database", names_no_store=True)
+    return StoreUnusable(
+        where, f"it is not a usable SQLite database ({exc})", names_no_store=True
+    )
 
 
 class _Held(Exception):
@@ -585,7 +591,9 @@ def _schema_version(conn: sqlite3.Connection, where: str) -> int:
     if meta.get("application") != APPLICATION:
         shown = ", ".join(sorted(tables)[:5])
         raise StoreUnusable(
-            where, f"it is another application's SQLite database (tables: {shown})"
+            where,
+            f"it is another application's SQLite database (tables: {shown})",
+            names_no_store=True,
         )
     try:
         version = int(meta["schema_version"])
