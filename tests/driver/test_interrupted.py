@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -46,6 +46,21 @@ def _model(request: ModelRequest) -> Message:
     )
 
 
+async def _interrupted_once(
+    driver: Driver, session: Session, task: str, until: Callable[[], Awaitable[None]]
+) -> None:
+    """Run `task`, and cancel the run from outside once `until` returns."""
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def run() -> None:
+                await driver.run(task, session=session)
+
+            group.start_soon(run)
+            await until()
+            group.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize("idempotent", [False, True])
 async def test_an_interrupted_batch_resumes_without_running_a_finished_tool(
     idempotent: bool,
@@ -70,16 +85,12 @@ async def test_an_interrupted_batch_resumes_without_running_a_finished_tool(
     session = Session()
     tool = function_tool(work, idempotent=idempotent)
     driver = Driver(model=FakeModelClient(_model), tools=[tool])
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
 
-            async def run() -> None:
-                await driver.run("do a, b and c", session=session)
+    async def journaled() -> None:
+        await two_done.wait()
+        await anyio.sleep(0.05)  # the two results reach the journal
 
-            group.start_soon(run)
-            await two_done.wait()
-            await anyio.sleep(0.05)  # the two results reach the journal
-            group.cancel_scope.cancel()
+    await _interrupted_once(driver, session, "do a, b and c", journaled)
 
     interrupted = session.runs[-1]
     assert interrupted.outcome == "interrupted"
@@ -138,15 +149,7 @@ async def test_results_riding_the_next_reply_are_kept_when_the_run_is_interrupte
         model=FakeModelClient(slow_model),
         tools=[function_tool(work, idempotent=True)],
     )
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-
-            async def run() -> None:
-                await driver.run("do a", session=session)
-
-            group.start_soon(run)
-            await asked.wait()
-            group.cancel_scope.cancel()
+    await _interrupted_once(driver, session, "do a", asked.wait)
 
     interrupted = session.runs[-1]
     assert interrupted.outcome == "interrupted"
