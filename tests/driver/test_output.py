@@ -642,11 +642,36 @@ async def test_a_request_with_an_output_schema_stays_within_the_window() -> None
     assert result.ok or result.error is not None
 
 
-async def test_an_answer_a_replaced_model_call_let_through_is_logged_in_answer_words(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # A model-call effect of the user's need not check the answer: the run
-    # ends done without an output, and the log says what does not fit.
+async def test_an_answer_of_a_replaced_model_call_is_checked_as_the_built_in_s() -> (
+    None
+):
+    # A model-call effect of the user's need not check the answer: the loop
+    # does, so a run with an output type never ends done without its output.
+    answers = iter(["no number", "42"])
+
+    async def call_llm(ctx: EffectContext, decision: Perform) -> Event:
+        return ModelReplied(reply(next(answers)))
+
+    driver = Driver(
+        model=FakeModelClient(lambda r: "unused"),
+        output_type=int,
+        effects={"call_llm": call_llm},
+    )
+    session = Session()
+
+    result = await driver.run("go", session=session)
+
+    assert (result.outcome, result.output) == ("done", 42)
+    events = [e.event for e in session.entries if isinstance(e, EventRecorded)]
+    (rejected,) = [e for e in events if isinstance(e, OutputRejected)]
+    assert rejected.message.text == "no number"
+    assert "(the answer): expected JSON" in rejected.errors[0], rejected.errors
+    assert replay(None, session, result.run_id).ok
+
+
+async def test_a_replaced_model_call_that_never_answers_in_the_type_fails_typed() -> (
+    None
+):
     async def call_llm(ctx: EffectContext, decision: Perform) -> Event:
         return ModelReplied(reply("no number"))
 
@@ -658,10 +683,8 @@ async def test_an_answer_a_replaced_model_call_let_through_is_logged_in_answer_w
 
     result = await driver.run("go")
 
-    assert (result.outcome, result.output) == ("done", None)
-    [line] = [r.getMessage() for r in caplog.records if "does not fit" in r.message]
-    assert "(the answer): expected JSON" in line, line
-    assert "arguments" not in line, line
+    assert (result.outcome, result.output) == ("failed", None)
+    assert isinstance(result.error, OutputInvalid), result.error
 
 
 async def test_a_machine_that_ends_done_after_its_tools_is_refused_by_name() -> None:

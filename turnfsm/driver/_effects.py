@@ -53,6 +53,7 @@ from turnfsm.driver._context import (
     report_limit,
 )
 from turnfsm.driver._model_calls import Tries, complete, describe_model
+from turnfsm.driver._output import OutputType
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._refusal import refused_size
 from turnfsm.driver._tools import cancel_requested, run_tool_call, tool_call_outcome
@@ -83,6 +84,7 @@ __all__ = [
     "BUILTIN_EFFECTS",
     "Effect",
     "call_model",
+    "checked_answer",
     "compact",
     "effect_key",
     "is_extension",
@@ -206,16 +208,31 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         stopped := _stopped(run, response, output is not None)
     ):
         return ModelFailed(error=stopped, usage=response.usage)
-    if output is not None and not response.message.tool_calls:
-        try:
-            output.parse(response.message.text)
-        except InvalidArguments as exc:
-            return OutputRejected(
-                message=response.message,
-                errors=output.errors(exc),
-                usage=response.usage,
-            )
-    return ModelReplied(message=response.message, usage=response.usage)
+    return checked_answer(
+        output, ModelReplied(message=response.message, usage=response.usage)
+    )
+
+
+def checked_answer(
+    output: OutputType | None, replied: ModelReplied
+) -> ModelReplied | OutputRejected:
+    """The reply as the run takes it: a final answer must read as `output`.
+
+    A reply without tool calls that does not parse as the run's output type
+    is `OutputRejected` (the machine asks again, or fails), so a run never
+    ends done without its output: the built-in `call_llm` checks its
+    replies so, and the loop checks those of an effect that replaces it.
+    """
+    message = replied.message
+    if output is None or message.tool_calls:
+        return replied
+    try:
+        output.parse(message.text)
+    except InvalidArguments as exc:
+        return OutputRejected(
+            message=message, errors=output.errors(exc), usage=replied.usage
+        )
+    return replied
 
 
 _UNFINISHED: Final = frozenset({"length", CONTENT_FILTER})

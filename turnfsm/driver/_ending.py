@@ -186,8 +186,10 @@ class Ending:
     def _output(self, outcome: str, text: str) -> Any:
         """The final answer read as the run's output type (None without one).
 
-        The built-in `call_llm` validated it already; a replacement effect
-        may not have: an answer that does not read is None, and logged.
+        Every reply was checked as it came (`checked_answer`), whichever
+        effect made it; a run resumed from a log written before replies of
+        replaced effects were checked may end on one that does not read:
+        None, and logged.
         """
         output = self.run.output
         if output is None or outcome != "done":

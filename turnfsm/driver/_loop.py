@@ -87,7 +87,12 @@ from turnfsm.driver._context import (
 )
 from turnfsm.driver._context_settings import context_settings
 from turnfsm.driver._control import RunControl, RunResult, injection_refusal
-from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
+from turnfsm.driver._effects import (
+    BUILTIN_EFFECTS,
+    call_model,
+    checked_answer,
+    effect_key,
+)
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
@@ -669,6 +674,14 @@ class RunLoop(Ending):
             ) from exc
         self._check_accepted(decision, event)
         event = self._doubt_carried(decision, event)
+        if (
+            type(event) is ModelReplied
+            and type(decision) is CallLLM
+            and self.settings.effects["call_llm"] is not call_model
+        ):
+            # An effect of the user's in place of the model call: its final
+            # answer is checked against the output type as the built-in's is.
+            event = checked_answer(self.run.output, event)
         if type(event) is RunCancelled:
             self._keep_spent()
         self.step = None
