@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.helpers import (
     calling,
@@ -368,6 +370,47 @@ def test_model_failure_fails_the_run() -> None:
             )
         ),
     )
+
+
+_SECONDS = st.none() | st.floats(0, 1e6, allow_nan=False, allow_infinity=False)
+
+
+@given(
+    error=st.builds(
+        ErrorInfo,
+        type=st.sampled_from(["rate_limit", "server", "timeout", "auth"]),
+        message=st.text(max_size=20),
+        retryable=st.booleans(),
+        status=st.none() | st.integers(100, 599),
+        retry_after=_SECONDS,
+        attempts=st.none() | st.integers(0, 10),
+        elapsed=_SECONDS,
+    )
+)
+def test_a_model_failure_s_error_reaches_the_run_s_error_whole(
+    error: ErrorInfo,
+) -> None:
+    # The run's error dropped the provider's retry_after (the log kept it).
+    machine = machine_in("call_llm")
+
+    decision = machine.handle(ModelFailed(error=error))
+
+    assert isinstance(decision, Fail)
+    assert isinstance(decision.error, ProviderError)
+    assert attrs.asdict(decision.error) == attrs.asdict(
+        ProviderError(
+            message=error.message,
+            retryable=error.retryable,
+            kind=error.type,
+            retry_after=error.retry_after,
+            status=error.status,
+            attempts=error.attempts,
+            elapsed=error.elapsed,
+        )
+    )
+    # And a snapshot stored with the failure reads back with it.
+    snapshot = machine.snapshot
+    assert Snapshot.from_dict(json.loads(json.dumps(snapshot.to_dict()))) == snapshot
 
 
 @pytest.mark.parametrize("phase", COMPACT_PHASES)

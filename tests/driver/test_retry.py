@@ -160,9 +160,68 @@ async def test_a_timeout_with_retries_off_says_it_was_tried_once() -> None:
     timed_out = TimeoutError("model 'm' timed out after 5s")
     _, result = await _run_failing(policy, timed_out)
     assert str(result.error) == (
-        "model provider error [TimeoutError]: model 'm' timed out after 5s; tried "
+        "model provider error [timeout]: model 'm' timed out after 5s; tried "
         "once (errors of this kind are retried, as far as the RetryPolicy allows)"
     )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("raised", "kind"),
+    [
+        (TimeoutError("read timed out"), "timeout"),
+        (TimeoutError(), "timeout"),
+        (ConnectionResetError("reset by peer"), "connection"),
+        (ConnectionError("refused"), "connection"),
+    ],
+    ids=["timeout", "bare timeout", "reset", "connection"],
+)
+async def test_a_client_s_timeout_or_lost_connection_has_the_shipped_clients_kind(
+    raised: BaseException, kind: str
+) -> None:
+    # The kind was the exception's class name (TimeoutError,
+    # ConnectionResetError) where the shipped clients say timeout and
+    # connection: one failure, two kinds to test for.
+    _, result = await _run_failing(RetryPolicy(max_attempts=1), raised)
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert (error.kind, error.retryable, error.status) == (kind, True, None)
+    assert error.message == (str(raised) or type(raised).__name__)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RetryPolicy(max_attempts=1),
+        RetryPolicy(max_attempts=2, initial_wait=0.01, max_total=60),
+        RetryPolicy(max_attempts=3, initial_wait=0.01, max_total=1),
+    ],
+    ids=["retries off", "retries spent", "past the budget"],
+)
+async def test_a_run_that_gave_up_keeps_the_wait_the_provider_asked_for(
+    policy: RetryPolicy,
+) -> None:
+    # The log's model failure kept it, but the run's error said None.
+    slow = ProviderError(
+        "HTTP 429: slow down",
+        retryable=True,
+        kind="rate_limit",
+        retry_after=0.05 if policy.max_total > 1 else 7,
+        status=429,
+    )
+    from turnfsm.driver import Driver
+    from turnfsm.persistence import Session
+
+    _, model = _failing(slow)
+    session = Session()
+    result = await Driver(model=model, retry=policy).run("x", session=session)
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert error.retry_after == slow.retry_after
+    stored = session.runs[0].error
+    assert isinstance(stored, ProviderError)
+    assert attrs.asdict(stored) == attrs.asdict(error)
 
 
 def test_a_permanent_error_says_nothing_of_retries() -> None:

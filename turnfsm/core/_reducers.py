@@ -323,6 +323,7 @@ def _provider_error(s: Snapshot, e: Event) -> Failure:
         error_type=e.error.type,
         retryable=e.error.retryable,
         status=e.error.status,
+        retry_after=e.error.retry_after,
         attempts=e.error.attempts,
         elapsed=e.error.elapsed,
     )

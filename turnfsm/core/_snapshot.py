@@ -137,6 +137,7 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
         message=f.detail,
         retryable=f.retryable,
         kind=f.error_type,
+        retry_after=f.retry_after,
         status=f.status,
         attempts=f.attempts,
         elapsed=f.elapsed,
@@ -167,6 +168,9 @@ class Failure:
     retryable: bool = attrs.field(default=False, validator=_checks.boolean())
     status: int | None = attrs.field(
         default=None, validator=_checks.integer(low=0, optional=True)
+    )
+    retry_after: float | None = attrs.field(
+        default=None, validator=_checks.number(low=0, optional=True)
     )
     attempts: int | None = attrs.field(
         default=None, validator=_checks.integer(low=0, optional=True)

@@ -674,12 +674,28 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
     return with_usage(event, spent.total)
 
 
+_BARE_KINDS: Final = ((TimeoutError, "timeout"), (ConnectionError, "connection"))
+"""The `ProviderError.kind` of a model call that failed on a bare exception.
+
+A `TimeoutError` (the call ran past `model_timeout`, or a client of one's
+own timed out) and a `ConnectionError` get the kinds the shipped clients
+give the same failures (``timeout``, ``connection``), so a run's error says
+one kind for one failure, whichever client met it.
+"""
+
+
 def _model_failed(
     exc: ProviderError | TimeoutError | ConnectionError, tries: Tries
 ) -> ContextOverflowed | ModelFailed:
     """The event of a model call that failed: an overflow, or a failure to retry."""
     if not isinstance(exc, ProviderError):
-        info = ErrorInfo.from_exception(exc, retryable=True)
+        kind = next(kind for bare, kind in _BARE_KINDS if isinstance(exc, bare))
+        info = ErrorInfo(
+            type=kind,
+            # A bare TimeoutError() says nothing: its class says what failed.
+            message=_checks.message_of(exc) or type(exc).__name__,
+            retryable=True,
+        )
         return ModelFailed(error=_counted(info, tries))
     info = ErrorInfo(
         type=exc.kind,
