@@ -313,7 +313,7 @@ class Snapshot:
             "last_reply": None
             if self.last_reply is None
             else self.last_reply.to_dict(),
-            "failure": None if self.failure is None else attrs.asdict(self.failure),
+            "failure": None if self.failure is None else _failure_dict(self.failure),
             "is_started": self.is_started,
         }
         if self.overflow is not None:  # left out while None: the form of before
@@ -381,6 +381,14 @@ class Snapshot:
             else None,
             is_started=data["is_started"],
         )
+
+
+def _failure_dict(failure: Failure) -> dict[str, Any]:
+    """A failure's stored form, `retry_after` left out while None (as before)."""
+    data = attrs.asdict(failure)
+    if data["retry_after"] is None:
+        del data["retry_after"]
+    return data
 
 
 def _failure(data: Mapping[str, Any]) -> Failure:
