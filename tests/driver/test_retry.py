@@ -130,6 +130,18 @@ async def test_a_retry_after_past_the_budget_ends_the_call_at_once(later: bool) 
     )
 
 
+@pytest.mark.parametrize(
+    ("wait", "said"), [(600, "600 s"), (86.44659, "86.4 s"), (86_400, "86400 s")]
+)
+def test_a_wait_past_the_budget_is_said_to_a_tenth_of_a_second(
+    wait: float, said: str
+) -> None:
+    # A wait read from an HTTP date is no round number.
+    text = RetryPolicy(max_total=60).past_budget("HTTP 429", wait, elapsed=0)
+    assert text is not None
+    assert f"the provider asked to wait {said} before trying again" in text
+
+
 @pytest.mark.anyio
 async def test_a_retry_after_within_the_budget_is_waited_for() -> None:
     slow = ProviderError("slow", retryable=True, kind="rate_limit", retry_after=0.01)

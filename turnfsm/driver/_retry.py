@@ -129,8 +129,11 @@ class RetryPolicy:
         if retry_after <= left:
             return None
         return (
-            f"{message}; the provider asked to wait {retry_after:g} s before "
-            f"trying again, more than the {left:.1f} s left of the retry budget, "
+            # To a tenth of a second: a wait read from an HTTP date is not
+            # a round number (5.44659 s).
+            f"{message}; the provider asked to wait {round(retry_after, 1):g} s "
+            f"before trying again, more than the {left:.1f} s left of the retry "
+            "budget, "
             f"RetryPolicy.max_total={self.max_total:g} s (raise it to wait)"
         )
 
