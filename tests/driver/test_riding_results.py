@@ -20,8 +20,26 @@ from typing import Any
 import anyio
 import pytest
 
-from turnfsm.core import Event, ToolsFinished
-from turnfsm.driver import Driver, Tool, function_tool, replay
+from tests.hand_written_machines import DONE_AFTER_TOOLS
+from turnfsm import Agent, approval_machine, review_machine
+from turnfsm.context import ContextManager
+from turnfsm.core import (
+    Event,
+    MachineSpec,
+    Perform,
+    Signal,
+    ToolCallsReviewed,
+    ToolsFinished,
+)
+from turnfsm.driver import (
+    CompactionRecord,
+    Driver,
+    EffectContext,
+    RunControl,
+    Tool,
+    function_tool,
+    replay,
+)
 from turnfsm.errors import SessionConflict, StoreUnusable
 from turnfsm.hooks import Hook, ToolCallEnd, TransitionInfo
 from turnfsm.messages import Message, check_history
@@ -31,9 +49,11 @@ from turnfsm.persistence import (
     MemoryStore,
     Session,
     ToolResultRecorded,
+    child_sessions,
 )
-from turnfsm.providers import ModelRequest
+from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -236,6 +256,35 @@ async def test_a_batch_safe_to_run_twice_is_written_with_the_reply_that_reads_it
     ]
 
 
+async def test_a_run_cancelled_as_the_model_reads_a_batch_writes_it_with_its_end() -> (
+    None
+):
+    store = Appends()
+    ran: list[str] = []
+    control = RunControl()
+
+    async def cancel() -> None:
+        control.cancel("stop")
+        await anyio.sleep_forever()
+
+    driver = Driver(
+        model=batch_then_answer([("look", "a")], then=cancel),
+        tools=tools_of(ran, safe=["look"]),
+    )
+    session = Session(store=store)
+    with anyio.fail_after(5):
+        result = await driver.run("look a up", session=session, control=control)
+
+    assert result.outcome == "cancelled"
+    assert kinds(store.appends[-1]) == [
+        "ToolsFinished",
+        "Measured",
+        "RunCancelled",
+        "RunEnded",
+    ]
+    assert_whole(session, await Session.load(store, session.id))
+
+
 class Ear(Hook):
     """Hears each tool call's end (by call id) and each transition (by trigger)."""
 
@@ -328,3 +377,364 @@ async def test_another_writer_first_at_the_next_reply_runs_the_batch_again() -> 
     assert (result.outcome, result.text) == ("done", "a found; b noted")
     assert ran == ["look a", "look a", "note b"]
     assert_whole(session, await Session.load(store, session.id))
+
+
+# -- sub-agents ---------------------------------------------------------------
+CHILD_USAGE = Usage(input_tokens=40, output_tokens=3)
+
+
+def counted_child(asked: list[str]) -> Agent:
+    """A sub-agent that answers its task in one turn (each task in `asked`)."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        task = request.messages[-1].text
+        asked.append(task)
+        return ModelResponse(message=reply(f"read: {task}"), usage=CHILD_USAGE)
+
+    return Agent(model=FakeModelClient(answer))
+
+
+def delegating(then: Callable[[], Any] | None = None) -> FakeModelClient:
+    """Delegates one read, then answers with what the sub-agent said.
+
+    `then` is awaited when the model is first asked about the answer.
+    """
+    asked = {"answers": 0}
+
+    async def answer(request: ModelRequest) -> Message:
+        last = request.messages[-1]
+        if not last.tool_results:
+            return reply("", tool_call("reader", "r1", task="the ledger"))
+        asked["answers"] += 1
+        if then is not None and asked["answers"] == 1:
+            await then()
+        return reply(f"ok: {last.tool_results[0].content}")
+
+    return FakeModelClient(answer)
+
+
+@pytest.mark.parametrize("stop", ["crash", "interrupt"])
+async def test_a_parent_stopped_after_its_child_answered_takes_the_answer_again(
+    stop: str,
+) -> None:
+    # The child ran to its end inside the parent's call; the parent stopped
+    # while its model read the answer. Crashed, the call (safe to run twice)
+    # runs again and takes the ended child's answer from its log;
+    # interrupted, the answer was written with the parent's end. Either way
+    # no second child runs, and what the child used counts once.
+    store = MemoryStore()
+    asked: list[str] = []
+    taken: list[MemoryStore] = []
+    reading = anyio.Event()
+
+    async def stopped() -> None:
+        taken.append(await crash_image(store))
+        reading.set()
+        await anyio.sleep_forever()
+
+    reader = counted_child(asked).as_tool(name="reader", description="Reads.")
+    parent = Agent(model=delegating(stopped), tools=[reader], store=store)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def run() -> None:
+                await parent.run("what does the ledger say?")
+
+            group.start_soon(run)
+            await reading.wait()
+            group.cancel_scope.cancel()
+    assert asked == ["the ledger"]
+    left = taken[0] if stop == "crash" else store
+    session = await Session.load(left, parent.session.id)
+    (run,) = session.open_runs()
+    finished = ToolsFinished in [type(e) for e in events(session, run.run_id)]
+    assert finished is (stop == "interrupt")
+    again = Agent(model=delegating(), tools=[reader], store=left)
+
+    result = await again.resume(session.id, run.run_id)
+
+    assert (result.outcome, result.text) == ("done", "ok: read: the ledger")
+    assert asked == ["the ledger"]  # no second child run
+    (kid,) = await child_sessions(left, session.id)
+    assert [r.outcome for r in kid.runs] == ["done"]
+    assert result.children_usage == CHILD_USAGE
+    reopened = await Session.load(left, session.id)
+    assert_whole(reopened, reopened)
+    assert all(replay(None, kid, r.run_id).ok for r in kid.runs)
+
+
+# -- approval -------------------------------------------------------------------
+def looking_twice(then: Callable[[], Any] | None = None) -> FakeModelClient:
+    """Looks ``a`` up and notes ``b`` down; then looks ``c`` up; then answers.
+
+    `then` is awaited when the model is first asked about a result.
+    """
+    asked = {"results": 0}
+
+    async def answer(request: ModelRequest) -> Message:
+        results = [p for m in request.messages for p in m.tool_results]
+        if not results:
+            return reply(
+                "", tool_call("look", "c0", key="a"), tool_call("note", "c1", key="b")
+            )
+        asked["results"] += 1
+        if then is not None and asked["results"] == 1:
+            await then()
+        if len(results) == 2:
+            return reply("", tool_call("look", "c2", key="c"))
+        return reply("; ".join(p.content for p in results))
+
+    return FakeModelClient(answer)
+
+
+def approving(model: FakeModelClient, ran: list[str], store: MemoryStore) -> Agent:
+    return Agent(
+        model=model,
+        tools=tools_of(ran, safe=["look"]),
+        machine=approval_machine(),
+        store=store,
+    )
+
+
+REJECT_NOTE = ToolCallsReviewed.reject({"c1": "no notes"})
+"""Runs ``look a`` (safe to run twice) alone: the batch rides."""
+
+
+async def test_a_pause_after_a_batch_writes_the_batch_with_the_pause() -> None:
+    store = Appends()
+    ran: list[str] = []
+    agent = approving(looking_twice(), ran, store)
+    first = await agent.run("look things up")
+    assert first.outcome == "paused"
+
+    second = await agent.resume(first.session_id, first.run_id, REJECT_NOTE)
+
+    assert second.outcome == "paused"  # on the call that looks c up
+    assert second.waiting is not None
+    assert [c.id for c in second.waiting.calls] == ["c2"]
+    assert ran == ["look a"]
+    # The batch rode to the pause: one append, in the order it happened.
+    assert kinds(store.appends[-1]) == [
+        "ToolsFinished",
+        "Measured",
+        "TurnRecord",
+        "ModelReplied",
+        "RunEnded",
+    ]
+    done = await agent.resume(
+        first.session_id, first.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert (done.outcome, done.text) == (
+        "done",
+        "rejected by the reviewer: no notes; a found; c found",
+    )
+    assert ran == ["look a", "look c"]
+    assert_whole(agent.session, await Session.load(store, agent.session.id))
+
+
+async def test_a_crash_after_an_approved_batch_runs_only_the_approved_call_again() -> (
+    None
+):
+    # The rejected call's tool is not safe to run twice, but it never runs:
+    # the batch is the approved call alone, and rides. Crashed while the
+    # model reads it, the run resumes on that batch: the approved call runs
+    # again, the rejected one stays rejected.
+    store = MemoryStore()
+    ran: list[str] = []
+    taken: list[MemoryStore] = []
+    reading = anyio.Event()
+
+    async def die() -> None:
+        taken.append(await crash_image(store))
+        reading.set()
+        await anyio.sleep_forever()
+
+    agent = approving(looking_twice(die), ran, store)
+    first = await agent.run("look things up")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def resume() -> None:
+                await agent.resume(first.session_id, first.run_id, REJECT_NOTE)
+
+            group.start_soon(resume)
+            await reading.wait()
+            group.cancel_scope.cancel()
+    (image,) = taken
+    session = await Session.load(image, first.session_id)
+    assert [r.outcome for r in session.runs] == ["running"]
+    again = approving(looking_twice(), ran, image)
+
+    second = await again.resume(first.session_id, first.run_id)
+
+    assert second.outcome == "paused"
+    assert second.waiting is not None
+    assert [c.id for c in second.waiting.calls] == ["c2"]
+    assert ran == ["look a", "look a"]  # never "note b"
+    done = await again.resume(
+        first.session_id, first.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.text == "rejected by the reviewer: no notes; a found; c found"
+    assert_whole(again.session, await Session.load(image, first.session_id))
+
+
+# -- review, and a machine that ends after its tools -----------------------------
+async def test_a_crash_in_the_review_after_a_batch_does_not_run_it_again() -> None:
+    # The reply after the batch goes to the reviewer (a step of its own):
+    # the batch is written with it, before the review runs.
+    store = MemoryStore()
+    ran: list[str] = []
+    taken: list[MemoryStore] = []
+    reviewing = anyio.Event()
+    reviews: list[str] = []
+
+    async def review(ctx: EffectContext, decision: Perform) -> Event:
+        reviews.append(decision.phase)
+        if len(reviews) == 1:
+            taken.append(await crash_image(store))
+            reviewing.set()
+            await anyio.sleep_forever()
+        if len(reviews) == 2:
+            return Signal("revise", {"feedback": "say it again"})
+        return Signal("approved")
+
+    def agent(on: MemoryStore) -> Agent:
+        return Agent(
+            model=batch_then_answer([("look", "a")]),
+            tools=tools_of(ran, safe=["look"]),
+            machine=review_machine(),
+            effects={"review": review},
+            store=on,
+        )
+
+    first = agent(store)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def run() -> None:
+                await first.run("look a up")
+
+            group.start_soon(run)
+            await reviewing.wait()
+            group.cancel_scope.cancel()
+    (image,) = taken
+    session = await Session.load(image, first.session.id)
+    (run,) = session.open_runs()
+    assert ToolsFinished in [type(e) for e in events(session, run.run_id)]
+    again = agent(image)
+
+    result = await again.resume(session.id, run.run_id)
+
+    assert (result.outcome, result.text) == ("done", "a found")
+    assert ran == ["look a"]
+    assert reviews == ["await_review"] * 3  # the crashed one, revise, approved
+    assert_whole(again.session, await Session.load(image, session.id))
+
+
+async def test_a_machine_that_ends_after_its_tools_writes_the_batch_with_its_end() -> (
+    None
+):
+    store = Appends()
+    ran: list[str] = []
+    driver = Driver(
+        model=batch_then_answer([("look", "a")]),
+        tools=tools_of(ran, safe=["look"]),
+        machine=MachineSpec.from_toml(DONE_AFTER_TOOLS, source="mine.toml"),
+    )
+    session = Session(store=store)
+
+    result = await driver.run("look a up", session=session)
+
+    assert result.outcome == "done", result.error
+    assert kinds(store.appends[-1]) == ["ToolsFinished", "Committed", "RunEnded"]
+    assert [p.content for m in session.history for p in m.tool_results] == ["a found"]
+    assert_whole(session, await Session.load(store, session.id))
+
+
+# -- a compaction pass right after the batch -------------------------------------
+def reading_pages(pages: int, then: Callable[[], Any] | None = None) -> FakeModelClient:
+    """Reads `pages` long pages, one a turn, then answers.
+
+    `then` is awaited when the model is asked after the last page.
+    """
+    turns = {"n": 0}
+
+    async def answer(request: ModelRequest) -> Message:
+        n = turns["n"]
+        turns["n"] += 1
+        if n < pages:
+            return reply("", tool_call("read", f"p{n}", page=n))
+        if then is not None and n == pages:
+            await then()
+        return reply("read them all")
+
+    return FakeModelClient(answer)
+
+
+def page_reader(ran: list[int]) -> Tool:
+    def read(page: int) -> str:
+        """Read a page.
+
+        Args:
+            page: which page.
+        """
+        ran.append(page)
+        return f"page {page}: " + "word " * 400
+
+    return function_tool(read, idempotent=True)
+
+
+async def test_a_pass_right_after_a_batch_writes_the_batch_before_the_pass() -> None:
+    # The last page's result crosses the threshold line: the pass's append
+    # holds the batch (and the measurement) before the pass's own entries.
+    # Crashed in the model call after the pass, the run resumes after it:
+    # no page is read again.
+    store = Appends()
+    ran: list[int] = []
+    taken: list[MemoryStore] = []
+    asked = anyio.Event()
+    passes: list[object] = []
+
+    async def die() -> None:
+        taken.append(await crash_image(store))
+        asked.set()
+        await anyio.sleep_forever()
+
+    class Passes(Hook):
+        def on_compaction_pass(self, record: CompactionRecord) -> None:
+            passes.append(record)
+
+    def driver(model: FakeModelClient) -> Driver:
+        return Driver(
+            model=model,
+            tools=[page_reader(ran)],
+            context=ContextManager(context_window=2000),
+            hooks=[Passes()],
+        )
+
+    session = Session(store=store)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def run() -> None:
+                await driver(reading_pages(3, then=die)).run("read", session=session)
+
+            group.start_soon(run)
+            await asked.wait()
+            group.cancel_scope.cancel()
+    pass_appends = [a for a in store.appends if "CompactionResult" in kinds(a)]
+    assert pass_appends
+    for written in pass_appends:
+        assert kinds(written)[:2] == ["ToolsFinished", "Measured"]
+    assert len(passes) == len(pass_appends)  # each heard once, once written
+    (image,) = taken
+    loaded = await Session.load(image, session.id)
+    (run,) = loaded.open_runs()
+    assert [r.outcome for r in loaded.runs] == ["running"]
+    assert ran == [0, 1, 2]
+
+    result = await driver(reading_pages(0)).resume(loaded, run.run_id)
+
+    assert (result.outcome, result.text) == ("done", "read them all")
+    assert ran == [0, 1, 2]  # no page read again
+    assert_whole(loaded, await Session.load(image, session.id))
