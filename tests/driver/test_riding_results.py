@@ -351,6 +351,43 @@ async def test_a_store_down_at_the_next_reply_writes_the_batch_with_its_end() ->
     assert_whole(session, await Session.load(store, session.id))
 
 
+async def test_a_store_down_at_the_final_reply_writes_the_batch_and_the_reply() -> None:
+    # The final reply's append is the run's end: refused, the interruption's
+    # append writes all of it but the commit; the resumed run commits the
+    # answer without asking the model or running the tool again.
+    store = Appends()
+    ran: list[str] = []
+    models: list[int] = []
+
+    async def refuse() -> None:
+        models.append(1)
+        store.refuse = StoreUnusable(path="memory", reason="down for this append")
+
+    def driver() -> Driver:
+        return Driver(
+            model=batch_then_answer([("look", "a")], then=refuse),
+            tools=tools_of(ran, safe=["look"]),
+        )
+
+    session = Session(store=store)
+    with pytest.raises(StoreUnusable):
+        await driver().run("look a up", session=session)
+    assert kinds(store.appends[-1]) == [
+        "ToolsFinished",
+        "Measured",
+        "TurnRecord",
+        "ModelReplied",
+        "RunEnded",
+    ]
+    (run,) = (await Session.load(store, session.id)).runs
+
+    result = await driver().resume(session, run.run_id)
+
+    assert (result.outcome, result.text) == ("done", "a found")
+    assert (ran, models) == (["look a"], [1])
+    assert_whole(session, await Session.load(store, session.id))
+
+
 async def test_another_writer_first_at_the_next_reply_runs_the_batch_again() -> None:
     # Another writer moved the log on: nothing more of this run is written
     # (its view is stale). Reloaded, the run resumes on the batch, and its
