@@ -19,8 +19,11 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.hand_written_machines import DONE_AFTER_TOOLS
+from tests.profiles import sized
 from turnfsm import Agent, approval_machine, review_machine
 from turnfsm.context import ContextManager
 from turnfsm.core import (
@@ -775,3 +778,134 @@ async def test_a_pass_right_after_a_batch_writes_the_batch_before_the_pass() -> 
     assert (result.outcome, result.text) == ("done", "read them all")
     assert ran == [0, 1, 2]  # no page read again
     assert_whole(loaded, await Session.load(image, session.id))
+
+
+# -- a crash at any append --------------------------------------------------------
+class DiesAt(MemoryStore):
+    """A memory store whose process "dies" at its `at`-th append (from 1).
+
+    The crash image (`crash_image`) is taken before that append is written,
+    and the append never returns: the run stops there, as a killed process
+    does; the test cancels it.
+    """
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+        self.count = 0
+        self.appends: list[list[Entry]] = []  # each tried, the last one too
+        self.image: MemoryStore | None = None
+        self.died = anyio.Event()
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        self.count += 1
+        self.appends.append(list(entries))
+        if self.count == self.at:
+            self.image = await crash_image(self)
+            self.died.set()
+            await anyio.sleep_forever()
+        return await super().append(
+            session_id, entries, expected_version=expected_version
+        )
+
+
+def batches_model(batches: Sequence[Sequence[str]]) -> FakeModelClient:
+    """Calls each batch of tools in turn, then answers.
+
+    The turn is read from the conversation, so a resumed run goes on where
+    its log says.
+    """
+
+    def answer(request: ModelRequest) -> Message:
+        turn = sum(1 for m in request.messages if m.tool_calls)
+        if turn < len(batches):
+            calls = [
+                tool_call(name, f"t{turn}c{i}", **{_ARGUMENT[name]: f"{turn}{i}"})
+                for i, name in enumerate(batches[turn])
+            ]
+            return reply("", *calls)
+        results = [p for m in request.messages for p in m.tool_results]
+        return reply(f"{len(results)} results")
+
+    return FakeModelClient(answer)
+
+
+_ARGUMENT = {"look": "key", "note": "key", "reader": "task"}
+
+
+@settings(max_examples=sized(300), deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.sampled_from(["look", "note", "reader"]), min_size=1, max_size=3),
+        min_size=1,
+        max_size=2,
+    ),
+    at=st.integers(2, 12),
+)
+def test_a_crash_at_any_append_resumes_with_every_call_answered_once(
+    batches: list[list[str]], at: int
+) -> None:
+    # Whatever rode or was written when the process died (a sub-agent's
+    # appends go to the same store): the resumed run ends done, every call
+    # has one result, a call of a tool not safe to run twice ran at most
+    # once, each sub-agent call has one child run, and the log replays.
+    async def go() -> None:
+        ran: list[str] = []
+        asked: list[str] = []
+        store = DiesAt(at)
+        session = Session(store=store)
+        reader = counted_child(asked).as_tool(name="reader", description="Reads.")
+        driver = Driver(
+            model=batches_model(batches),
+            tools=[*tools_of(ran, safe=["look"]), reader],
+        )
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as group:
+
+                async def run() -> None:
+                    await driver.run("go", session=session)
+                    group.cancel_scope.cancel()  # ended before the append
+
+                group.start_soon(run)
+                await store.died.wait()
+                group.cancel_scope.cancel()
+        # A batch with a call of a tool not safe to run twice is written
+        # before the model is asked: no later event shares its append.
+        noting = {
+            f"t{t}c{i}"
+            for t, b in enumerate(batches)
+            for i, name in enumerate(b)
+            if name == "note"
+        }
+        for written in store.appends:
+            logged = [e.event for e in written if isinstance(e, EventRecorded)]
+            for n, event in enumerate(logged):
+                if type(event) is ToolsFinished and noting & {
+                    p.call_id for m in event.results for p in m.tool_results
+                }:
+                    assert n == len(logged) - 1, kinds(written)
+        image = store.image
+        if image is None or session.id not in {
+            s.id for s in await image.list_sessions()
+        }:
+            return  # it ended first, or died before it opened
+        loaded = await Session.load(image, session.id)
+        for open_run in loaded.open_runs():
+            result = await driver.resume(loaded, open_run.run_id)
+            assert result.outcome == "done", result.error
+        calls = [c for m in loaded.history for c in m.tool_calls]
+        answered = [p.call_id for m in loaded.history for p in m.tool_results]
+        assert sorted(answered) == sorted(c.id for c in calls)
+        assert len(calls) == sum(len(b) for b in batches)
+        noted = [r for r in ran if r.startswith("note")]
+        assert len(noted) == len(set(noted))  # at most once each
+        kids = await child_sessions(image, session.id)
+        assert len(kids) == sum(c.name == "reader" for c in calls)
+        for kid in kids:
+            assert [r.outcome for r in kid.runs] == ["done"]  # one child run
+            assert all(replay(None, kid, r.run_id).ok for r in kid.runs)
+        assert_whole(loaded, await Session.load(image, session.id))
+
+    anyio.run(go)
