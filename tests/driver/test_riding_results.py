@@ -14,7 +14,7 @@ killed there leaves; the run is resumed from the copy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -93,12 +93,51 @@ async def crash_image(store: MemoryStore) -> MemoryStore:
     return image
 
 
+class Crash:
+    """Where a run's process dies: the image of `store` then, and the run stopped."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.image: MemoryStore | None = None
+        self.came = anyio.Event()
+
+    async def here(self) -> None:
+        """Take the image and stop the run here (`stopped` cancels it)."""
+        self.image = await crash_image(self.store)
+        self.came.set()
+        await anyio.sleep_forever()
+
+
+async def stopped(run: Callable[[], Awaitable[object]], at: anyio.Event) -> None:
+    """Run `run` until `at` is set, then cancel it (or until it ends)."""
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def go() -> None:
+                await run()
+                group.cancel_scope.cancel()
+
+            group.start_soon(go)
+            await at.wait()
+            group.cancel_scope.cancel()
+
+
 def kinds(entries: Sequence[Entry]) -> list[str]:
     """Each entry's kind, an event's by its class (``ToolsFinished``)."""
     return [
         type(e.event).__name__ if isinstance(e, EventRecorded) else type(e).__name__
         for e in entries
     ]
+
+
+WITH_THE_REPLY_AND_THE_END = [
+    "ToolsFinished",
+    "Measured",
+    "TurnRecord",
+    "ModelReplied",
+    "RunEnded",
+]
+"""An append that ends a run on the reply to a batch (that rode to it)."""
 
 
 def events(session: Session, run_id: str) -> list[Event]:
@@ -168,27 +207,12 @@ async def crashed_in_the_reply(
 ) -> tuple[MemoryStore, str]:
     """Run `calls` as one batch; the image of a crash when the model reads them."""
     store = MemoryStore()
-    taken: list[MemoryStore] = []
-    asked = anyio.Event()
-
-    async def die() -> None:
-        taken.append(await crash_image(store))
-        asked.set()
-        await anyio.sleep_forever()
-
-    driver = Driver(model=batch_then_answer(calls, then=die), tools=tools)
+    crash = Crash(store)
+    driver = Driver(model=batch_then_answer(calls, then=crash.here), tools=tools)
     session = Session(store=store)
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-
-            async def run() -> None:
-                await driver.run("look them up", session=session)
-
-            group.start_soon(run)
-            await asked.wait()
-            group.cancel_scope.cancel()
-    (image,) = taken
-    return image, session.id
+    await stopped(lambda: driver.run("look them up", session=session), crash.came)
+    assert crash.image is not None
+    return crash.image, session.id
 
 
 # -- which batches ride ---------------------------------------------------------
@@ -375,13 +399,7 @@ async def test_a_store_down_at_the_final_reply_writes_the_batch_and_the_reply() 
     session = Session(store=store)
     with pytest.raises(StoreUnusable):
         await driver().run("look a up", session=session)
-    assert kinds(store.appends[-1]) == [
-        "ToolsFinished",
-        "Measured",
-        "TurnRecord",
-        "ModelReplied",
-        "RunEnded",
-    ]
+    assert kinds(store.appends[-1]) == WITH_THE_REPLY_AND_THE_END
     (run,) = (await Session.load(store, session.id)).runs
 
     result = await driver().resume(session, run.run_id)
@@ -464,27 +482,13 @@ async def test_a_parent_stopped_after_its_child_answered_takes_the_answer_again(
     # no second child runs, and what the child used counts once.
     store = MemoryStore()
     asked: list[str] = []
-    taken: list[MemoryStore] = []
-    reading = anyio.Event()
-
-    async def stopped() -> None:
-        taken.append(await crash_image(store))
-        reading.set()
-        await anyio.sleep_forever()
-
+    crash = Crash(store)
     reader = counted_child(asked).as_tool(name="reader", description="Reads.")
-    parent = Agent(model=delegating(stopped), tools=[reader], store=store)
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-
-            async def run() -> None:
-                await parent.run("what does the ledger say?")
-
-            group.start_soon(run)
-            await reading.wait()
-            group.cancel_scope.cancel()
+    parent = Agent(model=delegating(crash.here), tools=[reader], store=store)
+    await stopped(lambda: parent.run("what does the ledger say?"), crash.came)
     assert asked == ["the ledger"]
-    left = taken[0] if stop == "crash" else store
+    left = crash.image if stop == "crash" else store
+    assert left is not None
     session = await Session.load(left, parent.session.id)
     (run,) = session.open_runs()
     finished = ToolsFinished in [type(e) for e in events(session, run.run_id)]
@@ -554,13 +558,7 @@ async def test_a_pause_after_a_batch_writes_the_batch_with_the_pause() -> None:
     assert [c.id for c in second.waiting.calls] == ["c2"]
     assert ran == ["look a"]
     # The batch rode to the pause: one append, in the order it happened.
-    assert kinds(store.appends[-1]) == [
-        "ToolsFinished",
-        "Measured",
-        "TurnRecord",
-        "ModelReplied",
-        "RunEnded",
-    ]
+    assert kinds(store.appends[-1]) == WITH_THE_REPLY_AND_THE_END
     done = await agent.resume(
         first.session_id, first.run_id, ToolCallsReviewed.approve_all()
     )
@@ -581,26 +579,14 @@ async def test_a_crash_after_an_approved_batch_runs_only_the_approved_call_again
     # again, the rejected one stays rejected.
     store = MemoryStore()
     ran: list[str] = []
-    taken: list[MemoryStore] = []
-    reading = anyio.Event()
-
-    async def die() -> None:
-        taken.append(await crash_image(store))
-        reading.set()
-        await anyio.sleep_forever()
-
-    agent = approving(looking_twice(die), ran, store)
+    crash = Crash(store)
+    agent = approving(looking_twice(crash.here), ran, store)
     first = await agent.run("look things up")
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-
-            async def resume() -> None:
-                await agent.resume(first.session_id, first.run_id, REJECT_NOTE)
-
-            group.start_soon(resume)
-            await reading.wait()
-            group.cancel_scope.cancel()
-    (image,) = taken
+    await stopped(
+        lambda: agent.resume(first.session_id, first.run_id, REJECT_NOTE), crash.came
+    )
+    image = crash.image
+    assert image is not None
     session = await Session.load(image, first.session_id)
     assert [r.outcome for r in session.runs] == ["running"]
     again = approving(looking_twice(), ran, image)
@@ -624,16 +610,13 @@ async def test_a_crash_in_the_review_after_a_batch_does_not_run_it_again() -> No
     # the batch is written with it, before the review runs.
     store = MemoryStore()
     ran: list[str] = []
-    taken: list[MemoryStore] = []
-    reviewing = anyio.Event()
+    crash = Crash(store)
     reviews: list[str] = []
 
     async def review(ctx: EffectContext, decision: Perform) -> Event:
         reviews.append(decision.phase)
         if len(reviews) == 1:
-            taken.append(await crash_image(store))
-            reviewing.set()
-            await anyio.sleep_forever()
+            await crash.here()
         if len(reviews) == 2:
             return Signal("revise", {"feedback": "say it again"})
         return Signal("approved")
@@ -648,16 +631,9 @@ async def test_a_crash_in_the_review_after_a_batch_does_not_run_it_again() -> No
         )
 
     first = agent(store)
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-
-            async def run() -> None:
-                await first.run("look a up")
-
-            group.start_soon(run)
-            await reviewing.wait()
-            group.cancel_scope.cancel()
-    (image,) = taken
+    await stopped(lambda: first.run("look a up"), crash.came)
+    image = crash.image
+    assert image is not None
     session = await Session.load(image, first.session.id)
     (run,) = session.open_runs()
     assert ToolsFinished in [type(e) for e in events(session, run.run_id)]
@@ -731,14 +707,8 @@ async def test_a_pass_right_after_a_batch_writes_the_batch_before_the_pass() -> 
     # no page is read again.
     store = Appends()
     ran: list[int] = []
-    taken: list[MemoryStore] = []
-    asked = anyio.Event()
+    crash = Crash(store)
     passes: list[object] = []
-
-    async def die() -> None:
-        taken.append(await crash_image(store))
-        asked.set()
-        await anyio.sleep_forever()
 
     class Passes(Hook):
         def on_compaction_pass(self, record: CompactionRecord) -> None:
@@ -753,21 +723,15 @@ async def test_a_pass_right_after_a_batch_writes_the_batch_before_the_pass() -> 
         )
 
     session = Session(store=store)
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-
-            async def run() -> None:
-                await driver(reading_pages(3, then=die)).run("read", session=session)
-
-            group.start_soon(run)
-            await asked.wait()
-            group.cancel_scope.cancel()
+    model = reading_pages(3, then=crash.here)
+    await stopped(lambda: driver(model).run("read", session=session), crash.came)
     pass_appends = [a for a in store.appends if "CompactionResult" in kinds(a)]
     assert pass_appends
     for written in pass_appends:
         assert kinds(written)[:2] == ["ToolsFinished", "Measured"]
     assert len(passes) == len(pass_appends)  # each heard once, once written
-    (image,) = taken
+    image = crash.image
+    assert image is not None
     loaded = await Session.load(image, session.id)
     (run,) = loaded.open_runs()
     assert [r.outcome for r in loaded.runs] == ["running"]
@@ -784,7 +748,7 @@ async def test_a_pass_right_after_a_batch_writes_the_batch_before_the_pass() -> 
 class DiesAt(MemoryStore):
     """A memory store whose process "dies" at its `at`-th append (from 1).
 
-    The crash image (`crash_image`) is taken before that append is written,
+    The crash image (`Crash`) is taken before that append is written,
     and the append never returns: the run stops there, as a killed process
     does; the test cancels it.
     """
@@ -794,8 +758,7 @@ class DiesAt(MemoryStore):
         self.at = at
         self.count = 0
         self.appends: list[list[Entry]] = []  # each tried, the last one too
-        self.image: MemoryStore | None = None
-        self.died = anyio.Event()
+        self.crash = Crash(self)
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
@@ -803,9 +766,7 @@ class DiesAt(MemoryStore):
         self.count += 1
         self.appends.append(list(entries))
         if self.count == self.at:
-            self.image = await crash_image(self)
-            self.died.set()
-            await anyio.sleep_forever()
+            await self.crash.here()
         return await super().append(
             session_id, entries, expected_version=expected_version
         )
@@ -861,16 +822,7 @@ def test_a_crash_at_any_append_resumes_with_every_call_answered_once(
             model=batches_model(batches),
             tools=[*tools_of(ran, safe=["look"]), reader],
         )
-        with anyio.fail_after(5):
-            async with anyio.create_task_group() as group:
-
-                async def run() -> None:
-                    await driver.run("go", session=session)
-                    group.cancel_scope.cancel()  # ended before the append
-
-                group.start_soon(run)
-                await store.died.wait()
-                group.cancel_scope.cancel()
+        await stopped(lambda: driver.run("go", session=session), store.crash.came)
         # A batch with a call of a tool not safe to run twice is written
         # before the model is asked: no later event shares its append.
         noting = {
@@ -886,7 +838,7 @@ def test_a_crash_at_any_append_resumes_with_every_call_answered_once(
                     p.call_id for m in event.results for p in m.tool_results
                 }:
                     assert n == len(logged) - 1, kinds(written)
-        image = store.image
+        image = store.crash.image
         if image is None or session.id not in {
             s.id for s in await image.list_sessions()
         }:
