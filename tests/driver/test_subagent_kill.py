@@ -17,6 +17,7 @@ import pytest
 
 from tests.driver import subagent_worker as worker
 from tests.helpers import run_killed
+from turnfsm.core import ToolsFinished
 from turnfsm.driver import replay
 from turnfsm.persistence import Session, SQLiteStore, child_sessions
 
@@ -62,5 +63,47 @@ async def test_a_parent_killed_mid_child_resumes_and_no_tool_runs_twice(
         (kid,) = await child_sessions(store, session_id)
         assert [r.outcome for r in kid.runs] == ["done"]
         for session in (await Session.load(store, session_id), kid):
+            for ran in session.runs:
+                assert replay(None, session, ran.run_id).ok
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_parent_killed_after_its_child_answered_takes_the_answer_again(
+    tmp_path: Path,
+) -> None:
+    # The child ended done; the parent died while its model read the answer.
+    # The parent's call is safe to run twice, so its result rode the next
+    # reply's append, lost with the process: the resumed parent runs the
+    # call again, which finds the ended child and takes its answer from its
+    # log. No second child run, no step run twice.
+    path, effects, session_file = tmp_path / "s.db", tmp_path / "fx", tmp_path / "id"
+    run_killed(
+        "tests.driver.subagent_worker",
+        str(path),
+        str(effects),
+        str(session_file),
+        "parent-model",
+    )
+    assert effects.read_text().split() == ["first", "second"]
+    session_id = session_file.read_text()
+
+    async with SQLiteStore(path) as store:
+        (run,) = (await Session.load(store, session_id)).runs
+        assert run.outcome == "running"
+        assert ToolsFinished not in [type(e) for e in run.events]
+        (kid,) = await child_sessions(store, session_id)
+        assert [r.outcome for r in kid.runs] == ["done"]
+        agent = worker.parent(store, str(effects), _nothing)
+        result = await agent.driver.resume(
+            await Session.load(store, session_id), run.run_id, force=True
+        )
+
+        assert result.outcome == "done", result.error
+        assert result.text == "the worker said: steps: first done; second done"
+        assert effects.read_text().split() == ["first", "second"]  # once each
+        (again,) = await child_sessions(store, session_id)
+        assert again.id == kid.id
+        assert [r.outcome for r in again.runs] == ["done"]  # no second child run
+        for session in (await Session.load(store, session_id), again):
             for ran in session.runs:
                 assert replay(None, session, ran.run_id).ok

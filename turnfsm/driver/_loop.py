@@ -174,8 +174,8 @@ class RunLoop(Ending):
         self._resumed: Mapping[str, Message] = {}  # a resumed batch's results
         self._interrupted: frozenset[str] = frozenset()  # of them, closed here
         self._lock: anyio.Lock | None = None  # made on the first journaled result
-        # Entries written with the next append: the run's opening, and a
-        # measurement (it decides nothing replay cannot redo).
+        # Entries written with the next append: the run's opening, a
+        # measurement, a batch of tools safe to run twice (`feed`).
         self._riding: list[Entry] = []
         self.held: list[Entry] = []  # the last step's entries, written with the end
         self.held_history: MessageLog | None = None
@@ -293,12 +293,13 @@ class RunLoop(Ending):
         try:
             await self.append(*riding, *entries, history=history)
         except BaseException:
-            if not self.session.has_run(self.run_id):
-                # Nothing was written: the run still opens in the log before
-                # it ends (the crash's or the interruption's append).
-                opening = (MachineStored, RunOpened)
-                again = [e for e in (*riding, *entries) if isinstance(e, opening)]
-                self._riding[:0] = again
+            # Not written. What rode is the earlier steps' (the run's opening,
+            # a measurement, a batch of tools safe to run twice): it rides on
+            # to the interruption's append (or the crash's), so the run opens
+            # in the log before it ends and its resume does not run that batch
+            # again; this step is done again. (An append in doubt that did
+            # land leaves the log moved on: that append is refused whole.)
+            self._riding[:0] = riding
             raise
         # Kept: the hooks hear of the passes it holds (never of one unwritten).
         self.audit.tell(riding)
