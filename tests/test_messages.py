@@ -139,6 +139,35 @@ def test_to_dict_round_trips_through_json(message: Message) -> None:
     assert again.id == message.id
 
 
+@given(messages)
+def test_parts_read_alike_from_any_iterable(message: Message) -> None:
+    # A tuple is taken as it is (no copy); a list or a generator is read
+    # into one: the same message whichever way the parts come.
+    parts = message.parts
+    for given_parts in (parts, list(parts), (p for p in parts)):
+        again = Message(role=message.role, parts=given_parts, id=message.id)
+        assert again == message
+        assert type(again.parts) is tuple
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        (TextPart(text="hi"), "hi"),
+        ("hi",),
+        (None,),
+        b"hi",
+        {"text": "hi"},
+        3,
+    ],
+    ids=["tuple-with-a-str", "tuple-of-a-str", "tuple-of-none", "bytes", "dict", "int"],
+)
+def test_parts_that_are_not_parts_are_refused(parts: object) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        Message(role="user", parts=parts)  # type: ignore[arg-type]
+    assert caught.value.field == "parts"
+
+
 def test_from_dict_reports_missing_and_unknown_fields() -> None:
     with pytest.raises(InvalidMessage) as caught:
         Message.from_dict({"role": "user", "parts": []})

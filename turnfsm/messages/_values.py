@@ -330,11 +330,14 @@ _PART_TYPES: Final = (TextPart, ToolCallPart, ToolResultPart, ImagePart)
 
 
 def _to_parts(value: Iterable[Part] | str) -> tuple[Part, ...]:
-    if isinstance(value, str):
+    if type(value) is tuple:  # the constructors' and `attrs.evolve`'s: no copy
+        parts: tuple[Part, ...] = value
+    elif isinstance(value, str):
         return (TextPart(text=value),)
-    if isinstance(value, bytes | Mapping) or not _checks.is_iterable(value):
+    elif isinstance(value, bytes | Mapping) or not _checks.is_iterable(value):
         raise InvalidMessage("parts", value, "expected a string or message parts")
-    parts = tuple(value)
+    else:
+        parts = tuple(value)
     for part in parts:
         if not isinstance(part, _PART_TYPES):
             raise InvalidMessage("parts", part, "expected a message part")
