@@ -396,3 +396,24 @@ def test_nested_metadata_and_arguments_do_not_change_in_place() -> None:
         "tags": ["a", "caller"],
         "where": {"path": ["x"]},
     }
+
+
+@pytest.mark.parametrize("as_given", [tuple, list, iter], ids=["tuple", "list", "iter"])
+def test_an_assistant_message_takes_its_calls_from_any_iterable(
+    as_given: Callable[[list[ToolCallPart]], Any],
+) -> None:
+    calls = [ToolCallPart(id="c1", name="f"), ToolCallPart(id="c2", name="g")]
+    with_text = Message.assistant("on it", tool_calls=as_given(calls))
+    assert with_text.parts == (TextPart(text="on it"), *calls)
+    assert Message.assistant(tool_calls=as_given(calls)).parts == tuple(calls)
+
+
+@pytest.mark.parametrize(
+    "tool_calls",
+    ["c1", b"c1", {"id": "c1"}, 3, (ToolCallPart(id="c1", name="f"), "c2")],
+    ids=["str", "bytes", "dict", "int", "tuple-with-a-str"],
+)
+def test_tool_calls_that_are_not_calls_are_refused(tool_calls: object) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        Message.assistant("", tool_calls=tool_calls)  # type: ignore[arg-type]
+    assert caught.value.field.startswith("tool_calls")

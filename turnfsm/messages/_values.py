@@ -437,8 +437,7 @@ class Message:
     ) -> Message:
         """Return an assistant message with `text` and optional `tool_calls`."""
         _checks.check(text, "text", _require_str("text"))
-        parts: list[Part] = [TextPart(text=text)] if text else []
-        calls = _checks.as_tuple(
+        calls: tuple[Part, ...] = _checks.as_tuple(
             tool_calls, "tool_calls", "ToolCallPart", error=InvalidMessage
         )
         for i, call in enumerate(calls):
@@ -446,7 +445,7 @@ class Message:
                 raise InvalidMessage(
                     f"tool_calls[{i}]", call, "expected a ToolCallPart"
                 )
-        parts.extend(calls)
+        parts = (TextPart(text=text), *calls) if text else calls
         return cls(role=Role.ASSISTANT, parts=parts, **kwargs)
 
     @classmethod
