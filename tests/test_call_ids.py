@@ -61,3 +61,28 @@ def test_every_id_is_new_and_distinct(
     assert len(set(ids)) == len(ids)
     assert before.isdisjoint(ids)
     assert all(new.startswith(old) for new, old in zip(ids, asked, strict=True))
+
+
+@given(
+    st.lists(st.lists(st.sampled_from("abc"), min_size=1, max_size=3), max_size=6),
+    st.lists(st.sampled_from(["a", "b", "c", "a_2"]), min_size=1, max_size=4),
+    st.integers(min_value=0, max_value=20),
+    st.booleans(),
+)
+def test_a_reply_is_kept_exactly_when_its_ids_are_new_in_every_part(
+    earlier: list[list[str]], asked: list[str], cut: int, pending_log: bool
+) -> None:
+    # History and pending, the pending part a log or a plain list.
+    messages: list[Message] = []
+    for ids in earlier:
+        messages.extend(answered(*dict.fromkeys(ids)))
+    tail = messages[cut:]
+    pending = MessageLog(tail) if pending_log else tail
+    reply = ask(*asked)
+    renamed = unique_call_ids(reply, MessageLog(messages[:cut]), pending)
+    before = {c.id for m in messages for c in m.tool_calls}
+    new = len(set(asked)) == len(asked) and before.isdisjoint(asked)
+    assert (renamed is reply) is new
+    ids = [c.id for c in renamed.tool_calls]
+    assert len(set(ids)) == len(ids)
+    assert before.isdisjoint(ids)

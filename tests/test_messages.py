@@ -139,6 +139,35 @@ def test_to_dict_round_trips_through_json(message: Message) -> None:
     assert again.id == message.id
 
 
+@given(messages)
+def test_parts_read_alike_from_any_iterable(message: Message) -> None:
+    # A tuple is taken as it is (no copy); a list or a generator is read
+    # into one: the same message whichever way the parts come.
+    parts = message.parts
+    for given_parts in (parts, list(parts), (p for p in parts)):
+        again = Message(role=message.role, parts=given_parts, id=message.id)
+        assert again == message
+        assert type(again.parts) is tuple
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        (TextPart(text="hi"), "hi"),
+        ("hi",),
+        (None,),
+        b"hi",
+        {"text": "hi"},
+        3,
+    ],
+    ids=["tuple-with-a-str", "tuple-of-a-str", "tuple-of-none", "bytes", "dict", "int"],
+)
+def test_parts_that_are_not_parts_are_refused(parts: object) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        Message(role="user", parts=parts)  # type: ignore[arg-type]
+    assert caught.value.field == "parts"
+
+
 def test_from_dict_reports_missing_and_unknown_fields() -> None:
     with pytest.raises(InvalidMessage) as caught:
         Message.from_dict({"role": "user", "parts": []})
@@ -367,3 +396,24 @@ def test_nested_metadata_and_arguments_do_not_change_in_place() -> None:
         "tags": ["a", "caller"],
         "where": {"path": ["x"]},
     }
+
+
+@pytest.mark.parametrize("as_given", [tuple, list, iter], ids=["tuple", "list", "iter"])
+def test_an_assistant_message_takes_its_calls_from_any_iterable(
+    as_given: Callable[[list[ToolCallPart]], Any],
+) -> None:
+    calls = [ToolCallPart(id="c1", name="f"), ToolCallPart(id="c2", name="g")]
+    with_text = Message.assistant("on it", tool_calls=as_given(calls))
+    assert with_text.parts == (TextPart(text="on it"), *calls)
+    assert Message.assistant(tool_calls=as_given(calls)).parts == tuple(calls)
+
+
+@pytest.mark.parametrize(
+    "tool_calls",
+    ["c1", b"c1", {"id": "c1"}, 3, (ToolCallPart(id="c1", name="f"), "c2")],
+    ids=["str", "bytes", "dict", "int", "tuple-with-a-str"],
+)
+def test_tool_calls_that_are_not_calls_are_refused(tool_calls: object) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        Message.assistant("", tool_calls=tool_calls)  # type: ignore[arg-type]
+    assert caught.value.field.startswith("tool_calls")

@@ -849,6 +849,8 @@ def as_tuple(
     value: Any, name: str, expected: str, *, error: _Error = ConfigError
 ) -> tuple[Any, ...]:
     """Return `value` as a tuple: any iterable but a string or a mapping."""
+    if type(value) is tuple:  # already one (`tuple(value)` is `value`)
+        return value
     if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
         _fail(error, name, value, _sequence_of(expected, name, value))
     return tuple(value)
@@ -870,6 +872,8 @@ def tuple_of(
     """
 
     def convert(value: Any) -> tuple[Any, ...]:
+        if type(value) is tuple:  # already one (`tuple(value)` is `value`)
+            return value
         if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
             _fail(error, name, value, _sequence_of(expected, name, value))
         return tuple(value)

@@ -159,6 +159,7 @@ async def test_a_run_that_gave_up_retrying_says_how_often_it_tried() -> None:
     assert isinstance(error, ProviderError)
     assert (error.attempts, error.message) == (3, "HTTP 503: busy")
     assert error.elapsed is not None
+    assert error.elapsed >= 0.02  # the two waits between the three tries
     assert str(error) == (
         f"model provider error [server]: HTTP 503: busy; tried 3 times over "
         f"{error.elapsed:.1f} s, failing each time (errors of this kind are "

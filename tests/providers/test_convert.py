@@ -8,15 +8,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.providers.conversations import canonical, conversations, shape
-from turnfsm.errors import InvalidMessage
+from turnfsm.errors import ConfigError, InvalidMessage
 from turnfsm.messages import (
     ImagePart,
+    Joined,
     Message,
+    MessageLog,
     Role,
     TextPart,
     ToolCallPart,
     ToolResultPart,
 )
+from turnfsm.providers import ModelRequest
 from turnfsm.providers._convert_anthropic import (
     from_anthropic_messages,
     to_anthropic_messages,
@@ -448,3 +451,15 @@ BAD_ANTHROPIC = {
 def test_anthropic_rejects_what_it_cannot_read(data: dict[str, Any]) -> None:
     with pytest.raises(InvalidMessage):
         from_anthropic_messages([data])
+
+
+def test_a_request_takes_the_brains_views_as_they_are_and_checks_the_rest() -> None:
+    history = MessageLog([Message.user("hi")])
+    joined = Joined(history, MessageLog([Message.assistant("ok")]))
+    assert ModelRequest(messages=history).messages is history
+    assert ModelRequest(messages=joined).messages is joined
+    listed = [Message.user("hi")]
+    assert ModelRequest(messages=listed).messages == tuple(listed)
+    with pytest.raises(ConfigError) as caught:
+        ModelRequest(messages=[Message.user("hi"), "hi"])  # type: ignore[list-item]
+    assert caught.value.field == "messages[1]"

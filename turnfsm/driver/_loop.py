@@ -336,9 +336,7 @@ class RunLoop(Ending):
             self.held = []
         if type(event) is Signal and event.message is None:
             event = self._with_message(event)
-        if isinstance(last, CallLLM) and isinstance(
-            event, ModelReplied | OutputRejected
-        ):
+        if isinstance(last, CallLLM) and isinstance(event, _REPLIES):
             run = self.run
             estimate = run.meter.measure(last.history, last.pending, extras=run.extras)
             entries.append(self.audit.turn(last, event, estimate=estimate))
@@ -375,7 +373,7 @@ class RunLoop(Ending):
                     kept=Joined(before.history, before.pending),
                 )
             entries.append(_audit.committed(self.run_id, before.history, after.history))
-        if isinstance(decision, Finish | Fail | Pause):
+        if isinstance(decision, _ENDS):
             # The run's end is one append: these entries (its final commit
             # among them) are written with its `RunEnded` (`Ending.end`).
             self.held, self.held_history = entries, after.history
@@ -555,7 +553,7 @@ class RunLoop(Ending):
         while True:
             if control is not None:
                 decision = await self._steer(decision)
-            if isinstance(decision, Finish | Fail | Pause):
+            if isinstance(decision, _ENDS):
                 return await self.end(decision, None)
             # A checkpoint per step, where cancellation lands and other tasks
             # run; a measurement is a count in memory whose next step (a model
@@ -593,7 +591,7 @@ class RunLoop(Ending):
                 and type(event) is not RunCancelled
             ):
                 steered = await self._steer(decision)
-                if isinstance(steered, Finish | Fail | Pause):
+                if isinstance(steered, _ENDS):
                     return await self.end(steered, None)
             decision = await self.feed(event, decision)
 
@@ -794,6 +792,11 @@ class RunLoop(Ending):
                 self.audit.compaction_usage += spent
             self.step = None
 
+
+_ENDS: Final = (Finish, Fail, Pause)
+"""The decisions that end a run (or pause it): made once, not a union per step."""
+_REPLIES: Final = (ModelReplied, OutputRejected)
+"""The events of a model call that came back with a reply."""
 
 _INTERRUPTED: Final = (
     "interrupted from outside (Ctrl-C, or a cancelled task); resume the run to go "

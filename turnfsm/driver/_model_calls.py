@@ -39,7 +39,11 @@ __all__ = ["Tries", "complete", "describe_model"]
 
 @attrs.define
 class Tries:
-    """How a model call went: its attempts, and the seconds they took in all."""
+    """How a model call went: its attempts, and the seconds they took in all.
+
+    `elapsed` is filled in when the call fails (what its failure reports):
+    a call that answers reads the clock no more.
+    """
 
     attempts: int = 0
     elapsed: float = 0.0
@@ -64,8 +68,8 @@ async def complete(
         model: The client to call (default: the run's model).
         stream: Whether to stream to the hooks (default: the run's setting).
         purpose: What the call is for, as the model-call hooks see it.
-        tries: Filled in with the attempts made and the time they took,
-            however the call ends.
+        tries: Filled in with the attempts made, however the call ends, and
+            the time they took when it fails.
     """
     client = run.model if model is None else model
     streamed = run.stream if stream is None else stream
@@ -147,10 +151,13 @@ async def complete(
     started = anyio.current_time()
     try:
         return await _retried(run, call, started)
+    except BaseException:
+        if tries is not None:
+            tries.elapsed = anyio.current_time() - started
+        raise
     finally:
         if tries is not None:
             tries.attempts = attempts
-            tries.elapsed = anyio.current_time() - started
 
 
 async def _retried(

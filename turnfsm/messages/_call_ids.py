@@ -42,12 +42,16 @@ def unique_call_ids(message: Message, *before: Sequence[Message]) -> Message:
         return message
     ids = [c.id for c in calls]
     earlier = [_ids(messages) for messages in before]
+    if len(set(ids)) == len(ids):
+        for known in earlier:
+            if not known.isdisjoint(ids):
+                break
+        else:
+            return message  # the usual reply: its ids are new and distinct
 
     def used_before(call_id: str) -> bool:
         return any(call_id in known for known in earlier)
 
-    if len(set(ids)) == len(ids) and not any(used_before(i) for i in ids):
-        return message
     renamed: set[str] = set()
     kept: set[str] = set()
     parts: list[Part] = []
@@ -85,7 +89,9 @@ def _ids(messages: Sequence[Message]) -> set[str]:
     else:  # none yet, or a shorter view than the last asked about
         count, ids = 0, set()
     for m in messages.items_from(count):
-        ids.update(c.id for c in m.tool_calls)
+        for part in m.parts:
+            if type(part) is ToolCallPart:  # a final class: `tool_calls`, unbuilt
+                ids.add(part.id)
     if known is None or known[0] <= length:
         memo[_MEMO] = (length, ids)
     return ids

@@ -330,11 +330,14 @@ _PART_TYPES: Final = (TextPart, ToolCallPart, ToolResultPart, ImagePart)
 
 
 def _to_parts(value: Iterable[Part] | str) -> tuple[Part, ...]:
-    if isinstance(value, str):
+    if type(value) is tuple:  # the constructors' and `attrs.evolve`'s: no copy
+        parts: tuple[Part, ...] = value
+    elif isinstance(value, str):
         return (TextPart(text=value),)
-    if isinstance(value, bytes | Mapping) or not _checks.is_iterable(value):
+    elif isinstance(value, bytes | Mapping) or not _checks.is_iterable(value):
         raise InvalidMessage("parts", value, "expected a string or message parts")
-    parts = tuple(value)
+    else:
+        parts = tuple(value)
     for part in parts:
         if not isinstance(part, _PART_TYPES):
             raise InvalidMessage("parts", part, "expected a message part")
@@ -434,8 +437,7 @@ class Message:
     ) -> Message:
         """Return an assistant message with `text` and optional `tool_calls`."""
         _checks.check(text, "text", _require_str("text"))
-        parts: list[Part] = [TextPart(text=text)] if text else []
-        calls = _checks.as_tuple(
+        calls: tuple[Part, ...] = _checks.as_tuple(
             tool_calls, "tool_calls", "ToolCallPart", error=InvalidMessage
         )
         for i, call in enumerate(calls):
@@ -443,7 +445,7 @@ class Message:
                 raise InvalidMessage(
                     f"tool_calls[{i}]", call, "expected a ToolCallPart"
                 )
-        parts.extend(calls)
+        parts = (TextPart(text=text), *calls) if text else calls
         return cls(role=Role.ASSISTANT, parts=parts, **kwargs)
 
     @classmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, final, runtime_checkable
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 
@@ -51,14 +51,18 @@ def _schemas(value: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
     return _checks.as_tuple(value, "tools", "ToolSchema")
 
 
+_VIEWS: Final = (MessageLog, Joined)
+"""The brain's views of a conversation, taken as they are (a tuple made once)."""
+
+
 def _request_messages(value: Iterable[Message]) -> Sequence[Message]:
-    if isinstance(value, MessageLog | Joined):
+    if isinstance(value, _VIEWS):
         return value  # the brain's own views: no copy (a request per turn)
     return _checks.as_tuple(value, "messages", "Message")
 
 
 def _check_messages(_inst: object, _attr: object, value: Sequence[Message]) -> None:
-    if isinstance(value, MessageLog | Joined):
+    if isinstance(value, _VIEWS):
         return  # built of messages by construction
     for i, item in enumerate(value):
         if not isinstance(item, Message):
