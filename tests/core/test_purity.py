@@ -65,6 +65,7 @@ FORBIDDEN_AT_RUNTIME = (
 ALLOWED_TURNFSM = (
     "turnfsm._checks",
     "turnfsm._json",
+    "turnfsm._waits",
     "turnfsm.core",
     "turnfsm.messages",
     "turnfsm.errors",

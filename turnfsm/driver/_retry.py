@@ -16,6 +16,7 @@ from tenacity import (
 )
 
 from turnfsm import _checks
+from turnfsm._waits import waited_for
 from turnfsm.errors import ProviderError
 
 __all__ = ["RetryPolicy", "is_transient"]
@@ -129,11 +130,8 @@ class RetryPolicy:
         if retry_after <= left:
             return None
         return (
-            # To a tenth of a second: a wait read from an HTTP date is not
-            # a round number (5.44659 s).
-            f"{message}; the provider asked to wait {round(retry_after, 1):g} s "
-            f"before trying again, more than the {left:.1f} s left of the retry "
-            "budget, "
+            f"{message}; {waited_for(retry_after)}, more than the {left:.1f} s "
+            "left of the retry budget, "
             f"RetryPolicy.max_total={self.max_total:g} s (raise it to wait)"
         )
 

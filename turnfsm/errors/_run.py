@@ -9,6 +9,7 @@ from typing import Final, final
 
 import attrs
 
+from turnfsm._waits import WAIT_ASKED, waited_for
 from turnfsm.errors._base import TurnFSMError
 
 __all__ = [
@@ -166,7 +167,11 @@ class ProviderError(TurnFSMError):
         if text.endswith(".") and not text.endswith(".."):
             # The sentence goes on: "Connection error; tried 4 times".
             text = text[:-1]
-        return text + _tried(self.attempts, self.elapsed)
+        text += _tried(self.attempts, self.elapsed)
+        if self.retry_after is not None and WAIT_ASKED not in text:
+            # When to try again, as the provider's last answer said.
+            text += f"; {waited_for(self.retry_after)}"
+        return text
 
 
 def _tried(attempts: int, elapsed: float | None) -> str:
