@@ -12,6 +12,7 @@ graph checks are iterative and linear enough for thousands of phases.
 from __future__ import annotations
 
 import tomllib
+import unicodedata
 from typing import Any
 
 import pytest
@@ -291,6 +292,23 @@ def test_a_definition_that_is_no_table_of_names_is_refused_first(
 
     assert [p.message for p in raised.value.problems] == [m for m, _ in expected]
     assert all(p.line is None for p in raised.value.problems)
+
+
+@given(name=st.text(max_size=8), nested=st.booleans())
+def test_a_key_is_named_a_problem_only_for_a_control_or_invisible_character(
+    name: str, nested: bool
+) -> None:
+    # The walk asks about a key only when it is not printable text: every
+    # control and invisible (format) character is one that is not.
+    data: dict[str, Any] = {"states": {name: 1}} if nested else {name: 1}
+    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Cf")]
+
+    found = shape_problems(data)
+
+    assert len(found) == (1 if bad else 0)
+    if bad:
+        assert found[0][1] == ((("states",) if nested else ()) + (name,))
+        assert repr(bad[0]) in found[0][0]
 
 
 def test_a_deep_shape_in_a_file_names_the_line_of_its_entry() -> None:

@@ -141,36 +141,55 @@ def shape_problems(data: object, *, names: bool = True) -> list[tuple[str, Path,
     stack: list[tuple[Path, object, tuple[int, ...]]] = [((), data, ())]
     while stack:
         path, value, inside = stack.pop()
-        where = field_name(path) or "the definition"
         if len(path) > MAX_NESTING:
             message = f"{field_name(path[:MAX_NESTING])}: nested more than "
             out.append((f"{message}{MAX_NESTING} deep", path[:MAX_NESTING], None))
         elif id(value) in inside:
-            out.append((f"{where}: holds itself", path, None))
+            out.append((f"{_where(path)}: holds itself", path, None))
         elif isinstance(value, Mapping):
             for key in value:
+                if type(key) is str and (not names or key.isprintable()):
+                    continue  # the usual key: a name with nothing to say
                 if not isinstance(key, str):
                     shown = (
                         repr(key) if _is_plain(key) else f"of type {type(key).__name__}"
                     )
-                    message = f"{where}: key {shown} is not a string"
+                    message = f"{_where(path)}: key {shown} is not a string"
                     out.append((message, path, key if _is_plain(key) else None))
-                elif names and (unprintable := name_problem(where, key)) is not None:
+                elif names and (unprintable := name_problem(_where(path), key)):
                     out.append((unprintable, (*path, key), key))
             inner = (*inside, id(value))
             items = [
-                ((*path, k), v, inner) for k, v in value.items() if isinstance(k, str)
+                ((*path, k), v, inner)
+                for k, v in value.items()
+                if isinstance(k, str) and type(v) not in _FINE
             ]
             stack += reversed(items)
         elif isinstance(value, list | tuple):
             inner = (*inside, id(value))
-            stack += reversed([((*path, i), v, inner) for i, v in enumerate(value)])
+            stack += reversed(
+                [
+                    ((*path, i), v, inner)
+                    for i, v in enumerate(value)
+                    if type(v) not in _FINE
+                ]
+            )
         elif _is_int(value) and value not in _INT64:
             message = (
-                f"{where}: an integer of {value.bit_length():,} bits is out of"
+                f"{_where(path)}: an integer of {value.bit_length():,} bits is out of"
                 " TOML's range (64 bits)"
             )
             out.append((message, path, None))
+    return out
+
+
+_FINE: Final = frozenset({str, float, bool, type(None)})
+"""Values with nothing to check (an int is checked for its range)."""
+
+
+def _where(path: Path) -> str:
+    """`path` named in a problem (it is named only for one)."""
+    return field_name(path) or "the definition"
     return out
 
 
