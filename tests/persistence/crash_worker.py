@@ -41,7 +41,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +243,10 @@ async def drive(
         assert result.outcome == "done", result
 
 
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
 def open_store(spec: str) -> Any:
     if spec.startswith("sqlite:"):
         from turnfsm.persistence import SQLiteStore
@@ -253,7 +257,8 @@ def open_store(spec: str) -> Any:
     return PostgresStore(spec.removeprefix("postgres:"), min_size=1, max_size=2)
 
 
-async def main(argv: Sequence[str]) -> None:
+async def main(argv: Sequence[str], say: Callable[[str], None] = _print) -> None:
+    """Run the scripted session; `say` reports ``ready`` and ``complete``."""
     spec, session_id, effects, trace_path, *rest = argv
     tasks = int(rest[0]) if rest else TASKS
     idempotent = rest[1:] == ["idempotent"]
@@ -261,13 +266,12 @@ async def main(argv: Sequence[str]) -> None:
     store = open_store(spec)
     driver = build_driver(effects, trace, idempotent=idempotent)
 
-    def ready() -> None:
-        print("ready", flush=True)
-
-    await drive(store, session_id, driver, trace, tasks=tasks, ready=ready)
+    await drive(
+        store, session_id, driver, trace, tasks=tasks, ready=lambda: say("ready")
+    )
     await store.aclose()
     trace.mark("complete")
-    print("complete", flush=True)
+    say("complete")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """A SIGKILL at every append boundary of a run: history and audit still agree.
 
-The crash test's worker (`crash_worker.py`) runs a short scripted session (a
-few tool-using, compacting runs) and kills itself with SIGKILL right after
-its N-th append has committed, before the driver hears of it; the test does
-this for every N from the first append to the last. After each kill the
-session is reopened with a fresh store object and checked:
+The crash test's worker (`crash_worker.py`, forked: `tests.forked`) runs a
+short scripted session (a few tool-using, compacting runs) and kills itself
+with SIGKILL right after its N-th append has committed, before the driver
+hears of it; the test does this for every N from the first append to the
+last. After each kill the session is reopened with a fresh store object and
+checked:
 
 - the history is a whole conversation, one the uninterrupted run went
   through, and it holds the final answer of exactly the runs the audit trail
@@ -22,10 +23,7 @@ session takes the next run).
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.forked import ForkedWorker, preload
 from tests.persistence import crash_worker as worker
 from tests.persistence.test_crash import content, journaled
 from tests.profiles import PROFILE
@@ -50,7 +49,8 @@ from turnfsm.persistence import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-WORKER = Path(__file__).with_name("crash_worker.py")
+WORKER_MODULE = "tests.persistence.crash_worker"
+preload(WORKER_MODULE, "turnfsm.persistence.postgres")
 TASKS = 2
 """Runs in the scripted session: enough for tool batches and compactions."""
 
@@ -72,12 +72,12 @@ def _reference(tmp: Path) -> tuple[Any, int]:
 
 def _worker(
     store_arg: str, session_id: str, tmp: Path, kill_after: int = 0
-) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "TURNFSM_KILL_AFTER_APPEND": str(kill_after)}
-    return subprocess.run(
+) -> tuple[int, str]:
+    """Run the worker to its end or its own kill: its exit code and its stderr."""
+    err = tmp / f"{session_id}.stderr"
+    proc = ForkedWorker(
+        WORKER_MODULE,
         [
-            sys.executable,
-            str(WORKER),
             store_arg,
             session_id,
             str(tmp / f"{session_id}.effects"),
@@ -85,11 +85,14 @@ def _worker(
             str(TASKS),
             "idempotent",
         ],
-        env=env,
-        capture_output=True,
-        timeout=120,
-        check=False,
+        err,
+        env={"TURNFSM_KILL_AFTER_APPEND": str(kill_after)},
     )
+    try:
+        code = proc.wait(120)
+    finally:
+        proc.close()
+    return code, err.read_text()
 
 
 def _commits(session: Session, run_id: str) -> list[str]:
@@ -148,8 +151,8 @@ def _boundaries(
     for i, n in enumerate(range(1, appends + 1, step)):
         session_id = f"ses_cut{n:03d}"
         arg = store_arg(session_id)
-        killed = _worker(arg, session_id, tmp, kill_after=n)
-        assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
+        code, stderr = _worker(arg, session_id, tmp, kill_after=n)
+        assert code == -signal.SIGKILL, stderr
 
         async def reopen(session_id: str = session_id) -> Session:
             store = open_store(session_id)
@@ -163,8 +166,8 @@ def _boundaries(
         open_runs = session.open_runs()
         if i % 2 == 0 or not open_runs:
             seen["resumed" if open_runs else "between runs"] += 1
-            done = _worker(arg, session_id, tmp)
-            assert done.returncode == 0, done.stderr.decode()
+            code, stderr = _worker(arg, session_id, tmp)
+            assert code == 0, stderr
             finished = anyio.run(reopen, backend="asyncio")
             assert content(finished.history) == content(reference.history)
             assert [r.outcome for r in finished.runs] == ["done"] * TASKS

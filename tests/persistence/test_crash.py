@@ -1,6 +1,7 @@
 """Crash test: a long session survives hundreds of SIGKILLs (issue 7, DESIGN §4).
 
-A subprocess (`crash_worker.py`) runs a long, tool-using, compacting session
+A worker process (`crash_worker.py`, forked from a server that imported it
+once: `tests.forked`) runs a long, tool-using, compacting session
 on an SQLite file or a PostgreSQL schema; the test kills it with SIGKILL at
 random points (seeded delays after the worker has reopened the session;
 the model, the tool and the compactor each take a few milliseconds, so kills
@@ -45,10 +46,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import select
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -59,6 +56,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.forked import ForkedWorker, preload
 from tests.persistence import crash_worker as worker
 from tests.profiles import sized
 from turnfsm import default_machine
@@ -76,7 +74,8 @@ from turnfsm.persistence import (
 
 pytestmark = pytest.mark.timeout(600)
 
-WORKER = Path(__file__).with_name("crash_worker.py")
+WORKER_MODULE = "tests.persistence.crash_worker"
+preload(WORKER_MODULE, "turnfsm.persistence.postgres")
 SEED = int(os.environ.get("TURNFSM_CRASH_SEED", "20240607"))
 START_TIMEOUT = 60.0  # seconds a worker may take to reopen the session
 FINISH_TIMEOUT = 120.0  # seconds an unkilled worker may take to finish
@@ -251,20 +250,6 @@ class Tally:
         return "\n".join(lines)
 
 
-def _readline(proc: subprocess.Popen[bytes], timeout: float) -> str:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    if not ready:
-        return ""
-    return proc.stdout.readline().decode().strip()
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-
-
 def crash_loop(
     store_arg: str,
     load: Callable[[str], Session],
@@ -299,41 +284,35 @@ def crash_loop(
             offset = effects.stat().st_size
             tally.lifetimes += 1
             began = time.perf_counter()
-            with open(err_path, "wb") as err:
-                proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        str(WORKER),
-                        store_arg,
-                        session_id,
-                        str(effects),
-                        str(trace_path),
-                        str(worker.TASKS),
-                        *(["idempotent"] if idempotent else []),
-                    ],
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    start_new_session=True,
-                )
+            proc = ForkedWorker(
+                WORKER_MODULE,
+                [
+                    store_arg,
+                    session_id,
+                    str(effects),
+                    str(trace_path),
+                    str(worker.TASKS),
+                    *(["idempotent"] if idempotent else []),
+                ],
+                err_path,
+            )
             try:
-                line = _readline(proc, START_TIMEOUT)
+                line = proc.readline(START_TIMEOUT)
                 assert line == "ready", (line, err_path.read_text())
                 killed = False
                 if kill:
                     time.sleep(rng.uniform(0.0, MAX_DELAY))
-                    if proc.poll() is None:
-                        os.killpg(proc.pid, signal.SIGKILL)
+                    if proc.running():
+                        proc.kill()
                         killed = True
-                proc.wait(timeout=FINISH_TIMEOUT)
+                code = proc.wait(FINISH_TIMEOUT)
+                rest = [] if killed else proc.rest()
             finally:
-                _stop(proc)
-                assert proc.stdout is not None
-                rest = proc.stdout.read().decode()
-                proc.stdout.close()
+                proc.close()
             tally.worker_seconds += time.perf_counter() - began
             if not killed:
-                assert proc.returncode == 0, err_path.read_text()
-                assert rest.strip() == "complete", (rest, err_path.read_text())
+                assert code == 0, err_path.read_text()
+                assert rest == ["complete"], (rest, err_path.read_text())
             trace = trace_path.read_text().splitlines()
             checking = time.perf_counter()
             session = load(session_id)
