@@ -61,6 +61,14 @@ class TransitionReader(ProblemLog):
     wrote it (a name listed twice, refused in files now, is kept)."""
 
     def _str_list(self, value: Any, where: str, at: Path) -> list[str]:
+        if type(value) is str:
+            return [value]
+        if (
+            type(value) is list
+            and all(type(v) is str for v in value)
+            and len(set(value)) == len(value)
+        ):
+            return list(value)  # the usual list: distinct names
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -168,6 +176,8 @@ class TransitionReader(ProblemLog):
         self, written: Any, where: str, at: Path, signals: set[str]
     ) -> str | None:
         """Check a transition's trigger; return it as read."""
+        if type(written) is str and (written in BUILTIN_TRIGGERS or written in signals):
+            return written
         triggers = BUILTIN_TRIGGERS | signals
         if written is None:
             self.problem(f"{where}: trigger is missing", at)
@@ -338,8 +348,10 @@ class TransitionReader(ProblemLog):
         table: Collection[str],
     ) -> tuple[str, ...]:
         """Check a list of guard or reducer names; return them as written."""
+        if key not in body:
+            return ()
         what = "reducer" if key == "actions" else "guard"
-        value = body.get(key, [])
+        value = body[key]
         written = tuple(self._str_list(value, f"{where} {key}", (*at, key)))
         if what == "guard" and value != [] and not written:
             # Guards that are not names (``conditions = 1``): read as none,
