@@ -35,6 +35,10 @@ def preload(*modules: str) -> None:
 
     Called once per test process, before its first `ForkedWorker`: the
     server starts with the first worker and keeps its imports for the rest.
+    Name installed modules (turnfsm's, its dependencies'), not the tests':
+    the server starts with a new interpreter's import path, where ``tests``
+    may name another checkout's (a worker imports its own module with the
+    test process's path).
     """
     _CONTEXT.set_forkserver_preload(list(modules))
 
@@ -52,7 +56,8 @@ class ForkedWorker:
         lines, sent = _CONTEXT.Pipe(duplex=False)
         self._lines = lines
         self.process = _CONTEXT.Process(
-            target=_run, args=(module, list(argv), sent, str(stderr), dict(env or {}))
+            target=_run,
+            args=(module, list(argv), sent, str(stderr), dict(env or {}), sys.path),
         )
         self.process.start()
         sent.close()
@@ -114,10 +119,16 @@ class ForkedWorker:
 
 
 def _run(
-    module: str, argv: list[str], lines: Connection, stderr: str, env: dict[str, str]
+    module: str,
+    argv: list[str],
+    lines: Connection,
+    stderr: str,
+    env: dict[str, str],
+    path: list[str],
 ) -> None:
     os.setsid()  # a group of its own, as a worker started with start_new_session
     os.environ.update(env)
+    sys.path[:] = path  # the test process's: its ``tests`` package
     fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 2)
     os.close(fd)

@@ -243,6 +243,20 @@ async def drive(
         assert result.outcome == "done", result
 
 
+PRELOAD = (
+    "anyio",
+    "turnfsm",
+    "turnfsm.context",
+    "turnfsm.driver",
+    "turnfsm.messages",
+    "turnfsm.persistence",
+    "turnfsm.persistence.postgres",
+    "turnfsm.providers",
+    "turnfsm.testing",
+)
+"""What a forked worker imports before its fork (`tests.forked.preload`)."""
+
+
 def _print(line: str) -> None:
     print(line, flush=True)
 

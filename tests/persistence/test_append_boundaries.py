@@ -50,7 +50,7 @@ from turnfsm.persistence import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 WORKER_MODULE = "tests.persistence.crash_worker"
-preload(WORKER_MODULE, "turnfsm.persistence.postgres")
+preload(*worker.PRELOAD)
 TASKS = 2
 """Runs in the scripted session: enough for tool batches and compactions."""
 

@@ -75,7 +75,7 @@ from turnfsm.persistence import (
 pytestmark = pytest.mark.timeout(600)
 
 WORKER_MODULE = "tests.persistence.crash_worker"
-preload(WORKER_MODULE, "turnfsm.persistence.postgres")
+preload(*worker.PRELOAD)
 SEED = int(os.environ.get("TURNFSM_CRASH_SEED", "20240607"))
 START_TIMEOUT = 60.0  # seconds a worker may take to reopen the session
 FINISH_TIMEOUT = 120.0  # seconds an unkilled worker may take to finish
