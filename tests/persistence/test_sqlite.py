@@ -1267,14 +1267,44 @@ async def test_the_write_ahead_log_shrinks_once_an_outside_reader_lets_go(
         with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as reader:
             reader.execute("BEGIN")
             reader.execute("SELECT count(*) FROM turnfsm_entries").fetchall()
-            for n in range(1, 60):
+            grown = WAL_SIZE_LIMIT // len(text) + 20  # past the limit
+            for n in range(1, grown):
                 version = await store.append("s", [entry(n)], expected_version=version)
             assert wal.stat().st_size > WAL_SIZE_LIMIT
             reader.execute("COMMIT")
-        for n in range(60, 63):
+        for n in range(grown, grown + 3):
             version = await store.append("s", [entry(n)], expected_version=version)
         assert wal.stat().st_size <= WAL_SIZE_LIMIT
-        assert len(await store.load("s")) == 63
+        assert len(await store.load("s")) == grown + 3
+
+
+async def test_the_write_ahead_log_is_checkpointed_every_16_megabytes(
+    tmp_path: Path,
+) -> None:
+    # SQLite's default checkpoints it at 4 MB, inside the append that gets
+    # there: four times fewer of those make an append cheaper on average.
+    path, wal = tmp_path / "s.db", tmp_path / "s.db-wal"
+    text = "x" * 200_000
+    sizes = []
+    async with SQLiteStore(path) as store:
+        version = 0
+        for n in range(120):  # about 24 MB
+            said = Message.user(f"{n} {text}", id=f"m{n}")
+            entry = EventRecorded(
+                run_id="r",
+                index=n,
+                event=RunStarted(input=(said,)),
+                phase="x",
+                decision="y",
+                at=1.0,
+            )
+            version = await store.append("s", [entry], expected_version=version)
+            sizes.append(wal.stat().st_size)
+        assert len(await store.load("s")) == 120
+    # It grew past 4 MB without a checkpoint, to about 16 MB, then was
+    # written again from its start (its size kept, under the cut-back limit).
+    assert max(sizes[:60]) > 10 * 1024 * 1024
+    assert 15 * 1024 * 1024 < max(sizes) <= WAL_SIZE_LIMIT
 
 
 async def test_a_run_whose_store_file_is_deleted_ends_with_one_line_said(

@@ -6,9 +6,11 @@ Theory of operation:
   processes (each with its own `SQLiteStore`) can share the file. A writer
   that finds the file locked waits up to `busy_timeout` seconds; calls
   queued behind one that waited that long in vain give up `busy_timeout`
-  after they began, not one `busy_timeout` after another. The log is cut
-  back to 8 MiB once checkpointed (``journal_size_limit``): a
-  long read elsewhere lets it grow, and it would otherwise keep that size.
+  after they began, not one `busy_timeout` after another. The log is
+  checkpointed every 4000 pages (16 MB; SQLite's default is 1000, and each
+  checkpoint costs the commit that makes it), and cut back to 32 MiB once
+  checkpointed (``journal_size_limit``): a long read elsewhere lets it
+  grow, and it would otherwise keep that size.
 - An append is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
   first, then moves the session's version only if it is the expected one
   (the check is the ``UPDATE ... WHERE version = ?`` itself). A log at
