@@ -1551,3 +1551,79 @@ async def test_a_call_cancelled_while_the_file_opens_leaves_the_store_usable(
         assert await store.load("s") == sample_entries()[:1]
         await store.append("s", sample_entries()[1:2], expected_version=1)
     assert _rows(path, "SELECT value FROM turnfsm_meta WHERE key = 'schema_version'")
+
+
+def _small_entry(n: int) -> EventRecorded:
+    said = Message.user(f"message {n}", id=f"m{n}")
+    return EventRecorded(
+        run_id="r",
+        index=n,
+        event=ModelReplied(message=said, usage=None),
+        phase="x",
+        decision="y",
+        at=1.0,
+    )
+
+
+def _checkpoint_threads() -> list[Any]:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "turnfsm-sqlite-checkpoint"]
+
+
+async def _grown(path: Path, size: int) -> bool:
+    for _ in range(200):
+        if os.stat(path).st_size > size:
+            return True
+        await anyio.sleep(0.01)
+    return False
+
+
+async def test_the_write_ahead_log_is_checkpointed_off_the_append_path(
+    tmp_path: Path,
+) -> None:
+    # SQLite checkpoints the log in the commit that takes it past 1000 pages:
+    # that append waited for two syncs to disk (milliseconds, on the event
+    # loop). The store's own thread checkpoints it before then; the appends
+    # go on meanwhile, and the file receives the log's pages.
+    from turnfsm.persistence._rows import encode
+    from turnfsm.persistence._sqlite_checkpoint import EVERY, pages
+
+    path, wal = tmp_path / "s.db", tmp_path / "s.db-wal"
+    async with SQLiteStore(path) as store:
+        version = await store.append("s", [_small_entry(0)], expected_version=0)
+        size = path.stat().st_size
+        written = 0.0
+        while written < EVERY:
+            entry = _small_entry(version)
+            written += pages([encode(entry)])
+            version = await store.append("s", [entry], expected_version=version)
+        assert await _grown(path, size)
+        # Well before SQLite's own checkpoint in a commit would have run.
+        assert wal.stat().st_size < 1000 * 4096
+        assert len(await store.load("s")) == version
+        assert len(_checkpoint_threads()) == 1
+    # Closing stops the thread, and the last connection still folds the log.
+    assert _checkpoint_threads() == []
+    assert not wal.exists()
+    assert _rows(path, "SELECT count(*) FROM turnfsm_entries") == [(version,)]
+
+
+async def test_a_checkpoint_after_the_file_is_deleted_makes_no_new_file(
+    tmp_path: Path,
+) -> None:
+    from turnfsm.persistence._sqlite_checkpoint import EVERY
+
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        version = await store.append("s", [_small_entry(0)], expected_version=0)
+        _remove_database(path)
+        handle = store._handle
+        assert handle.checkpoints is not None
+        handle.checkpoints._pending = EVERY  # the next append wakes the thread
+        handle.checkpoints.wrote([])
+        await anyio.sleep(0.2)
+        assert not path.exists()
+        with pytest.raises(StoreUnusable):
+            await store.append("s", [_small_entry(1)], expected_version=version)
+    assert not path.exists()
