@@ -23,7 +23,6 @@ __all__ = [
     "_open",
     "_roll_back",
     "_transaction",
-    "file_identity",
     "full_disk_reason",
     "opened_if_free",
 ]
@@ -85,14 +84,13 @@ WAL_SIZE_LIMIT: Final = 8 * 1024 * 1024
 """The size, in bytes, the write-ahead log is cut back to once checkpointed.
 
 SQLite checkpoints the log when it holds 1000 pages (about 4 MB of 4 KiB
-pages; the store's own thread checkpoints it before then) and then writes it
-again from its start, without making the file any smaller. While another
-connection holds a long read, nothing can be checkpointed and the log grows
-(tens of MB); without a limit it stays that size for as long as a
-connection has the file open. Twice the size it reaches between automatic
-checkpoints: a steady writer never cuts it and grows it again, and a log
-grown past it is cut back to it at the first commit after the checkpoint
-that follows the reader's end.
+pages) and then writes it again from its start, without making the file any
+smaller. While another connection holds a long read, nothing can be
+checkpointed and the log grows (tens of MB); without a limit it stays that
+size for as long as a connection has the file open. Twice the size it
+reaches between automatic checkpoints: a steady writer never cuts it and
+grows it again, and a log grown past it is cut back to it at the first
+commit after the checkpoint that follows the reader's end.
 """
 
 
@@ -288,15 +286,6 @@ def _reading_mode(path: Path) -> str:
     if not _size(wal) and not _size(f"{real}-journal"):
         return "mode=ro&immutable=1"
     return "copy"
-
-
-def file_identity(where: str) -> tuple[int, int] | None:
-    """The file at `where` as (device, inode); None: no file there."""
-    try:
-        found = os.stat(where)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
 
 
 def _size(name: str) -> int:

@@ -9,13 +9,6 @@ Theory of operation:
   after they began, not one `busy_timeout` after another. The log is cut
   back to 8 MiB once checkpointed (``journal_size_limit``): a
   long read elsewhere lets it grow, and it would otherwise keep that size.
-- The log is checkpointed (its pages copied back into the file, both
-  synced) by a thread of the store's own, on a second connection, every
-  few hundred pages the appends write: SQLite would do it in the commit
-  that takes the log past 1000 pages, and that append would wait for the
-  syncs on the event loop. It is the checkpoint SQLite runs, with the
-  store's `synchronous` (`turnfsm.persistence._sqlite_checkpoint`); SQLite's
-  own one in a commit stays, for a log the thread has not kept up with.
 - An append is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
   first, then moves the session's version only if it is the expected one
   (the check is the ``UPDATE ... WHERE version = ?`` itself). A log at
@@ -87,12 +80,13 @@ from turnfsm.persistence import _sqlite_lease, _sqlite_ops
 from turnfsm.persistence._lease import Lease, check_lease
 from turnfsm.persistence._open import names_memory
 from turnfsm.persistence._records import Entry, RunOpened
-from turnfsm.persistence._rows import Row, column_text, encode
-from turnfsm.persistence._sqlite_checkpoint import Checkpointer
+from turnfsm.persistence._rows import (
+    column_text,
+    encode,
+)
 from turnfsm.persistence._sqlite_open import (
     SCHEMA_VERSION,
     _open,
-    file_identity,
     full_disk_reason,
     opened_if_free,
 )
@@ -275,22 +269,8 @@ class SQLiteStore:
         rows = [encode(entry) for entry in entries]
         key = column_text(session_id)
         return await self._write(
-            self._on, self._append, key, session_id, rows, expected_version
+            self._on, _sqlite_ops.append, key, session_id, rows, expected_version
         )
-
-    def _append(
-        self,
-        conn: sqlite3.Connection,
-        key: str,
-        session_id: str,
-        rows: list[Row],
-        expected: int,
-    ) -> int:
-        version = _sqlite_ops.append(conn, key, session_id, rows, expected)
-        checkpoints = self._handle.checkpoints
-        if checkpoints is not None:
-            checkpoints.wrote(rows)
-        return version
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
         """Return every entry of `session_id`, oldest first (empty if unknown).
@@ -472,13 +452,11 @@ class _Handle:
     named when the store was made, wherever the process has gone since.
     """
 
-    __slots__ = ("checkpoints", "conn", "file")
+    __slots__ = ("conn", "file")
 
     def __init__(self) -> None:
         self.conn: sqlite3.Connection | None = None
         self.file: tuple[str, tuple[int, int] | None] = ("", None)
-        # The log's checkpoints, off the append path (None: reading only).
-        self.checkpoints: Checkpointer | None = None
 
     def open(
         self, path: Path, synchronous: str, busy_timeout: float, read_only: bool
@@ -491,8 +469,7 @@ class _Handle:
             busy_timeout,
             read_only=read_only,
         )
-        self.file = (where, file_identity(where))
-        self._checkpoints(synchronous, read_only)
+        self.file = (where, _identity(where))
         return self.conn
 
     def open_if_free(self, path: Path, synchronous: str, read_only: bool) -> None:
@@ -502,28 +479,26 @@ class _Handle:
         """
         where = os.fspath(path.absolute())
         self.conn = opened_if_free(path, synchronous, read_only=read_only)
-        self.file = (where, file_identity(where) if self.conn is not None else None)
-        if self.conn is not None:
-            self._checkpoints(synchronous, read_only)
-
-    def _checkpoints(self, synchronous: str, read_only: bool) -> None:
-        if not read_only and self.checkpoints is None:
-            self.checkpoints = Checkpointer(*self.file, synchronous)
+        self.file = (where, _identity(where) if self.conn is not None else None)
 
     def still_there(self) -> bool:
         """Whether the path still names the file the connection opened."""
         where, identity = self.file
-        return file_identity(where) == identity
+        return _identity(where) == identity
 
     def close(self) -> None:
-        # The checkpoints' connection first: the store's, the last of this
-        # process to close, folds the log into the file as before.
-        checkpoints, self.checkpoints = self.checkpoints, None
-        if checkpoints is not None:
-            checkpoints.close()
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close()
+
+
+def _identity(where: str) -> tuple[int, int] | None:
+    """The file at `where` as (device, inode); None: no file there."""
+    try:
+        found = os.stat(where)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 class _Busy(Exception):
