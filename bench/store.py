@@ -710,14 +710,14 @@ async def statements(turns: int) -> None:
         "costs (µs; >1ms: how many took over a millisecond)"
     )
     print(
-        f"  {'':34} {'count':>6} {'median':>8} {'mean':>8} {'p99':>8} "
+        f"  {'':38} {'count':>6} {'median':>8} {'mean':>8} {'p99':>8} "
         f"{'>1ms':>5} {'per turn':>8}"
     )
 
     def line(name: str, values: Sequence[float]) -> None:
         ordered = sorted(values)
         print(
-            f"  {name:34} {len(values):6} {us(ordered[len(values) // 2])} "
+            f"  {name:38} {len(values):6} {us(ordered[len(values) // 2])} "
             f"{us(statistics.fmean(values))} {us(ordered[int(len(values) * 0.99)])} "
             f"{sum(1 for v in values if v > 1e-3):5} {us(sum(values) / n)}"
         )
