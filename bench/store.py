@@ -40,6 +40,9 @@ It reports, in one run:
   whole state, so a step costs O(history): by default it runs
   ``min(turns, 2000)`` steps (``--langgraph-steps``), and the turnfsm
   figures it is compared with are taken at the same step numbers;
+- what each statement of an SQLite append costs (``--no-statements`` to
+  leave it out): a tool turn of the idempotent tool in one append, its
+  statements timed one by one, and its entries' encoding;
 - a cProfile hint for the SQLite (and PostgreSQL) driver runs: where a turn's
   store time goes.
 
@@ -93,6 +96,7 @@ GOAL_FLAT = 1.2
 WINDOW = 100  # turns at each end for the flatness ratio
 LANGGRAPH_DEFAULT_CAP = 2_000
 PROFILE_TURNS = 2_000
+STATEMENT_TURNS = 10_000
 
 
 # -- the agent: an instant model, an instant tool --------------------------
@@ -630,6 +634,105 @@ def profile(turns: int, pg: Postgres | None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _verb(sql: str) -> str:
+    """A statement's first words, up to the table it names."""
+    words: list[str] = []
+    for word in sql.split():
+        words.append(word)
+        if word.startswith("turnfsm_"):
+            break
+    return " ".join(words)
+
+
+class Timed:
+    """An SQLite connection that times each statement it runs, by its first words."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.times: dict[str, list[float]] = {}
+
+    def _timed(self, run: Callable[..., Any], sql: str, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return run(sql, *args)
+        finally:
+            self.times.setdefault(_verb(sql), []).append(time.perf_counter() - t0)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        return self._timed(self.conn.execute, sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        return self._timed(self.conn.executemany, sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+async def statements(turns: int) -> None:
+    """Print what each statement of an append costs: a tool turn in one append.
+
+    The idempotent tool's turns (one append each), appended straight to a
+    new SQLite file by `SQLiteStore.append`, its connection's statements
+    timed one by one; the encoding of the turn's entries beside them.
+    """
+    clock = Clock(turns)
+    recorder = Recorder(clock)
+    session = Session(store=recorder)
+    result = await make_driver(clock, idempotent=True).run("go", session=session)
+    assert result.ok, result.error
+    encoding: list[float] = []
+    appends: list[float] = []
+    tmp = Path(tempfile.mkdtemp(prefix="turnfsm-bench-stmt-"))
+    try:
+        async with SQLiteStore(tmp / "statements.db") as store:
+            conn = store._handle.conn
+            assert conn is not None
+            timed = Timed(conn)
+            store._handle.conn = timed  # type: ignore[assignment]
+            version = 0
+            with quiet_gc():
+                for turn, entries in recorder.batches:
+                    t0 = time.perf_counter()
+                    for entry in entries:
+                        encode(entry)
+                    t1 = time.perf_counter()
+                    version = await store.append("s", entries, expected_version=version)
+                    if 1 <= turn < turns:
+                        encoding.append(t1 - t0)
+                        appends.append(time.perf_counter() - t1)
+            store._handle.conn = conn
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    n = len(appends)
+    print()
+    print(
+        f"one append per tool turn on SQLite, {n:,} turns: what each statement "
+        "costs (µs; >1ms: how many took over a millisecond)"
+    )
+    print(
+        f"  {'':38} {'count':>6} {'median':>8} {'mean':>8} {'p99':>8} "
+        f"{'>1ms':>5} {'per turn':>8}"
+    )
+
+    def line(name: str, values: Sequence[float]) -> None:
+        ordered = sorted(values)
+        print(
+            f"  {name:38} {len(values):6} {us(ordered[len(values) // 2])} "
+            f"{us(statistics.fmean(values))} {us(ordered[int(len(values) * 0.99)])} "
+            f"{sum(1 for v in values if v > 1e-3):5} {us(sum(values) / n)}"
+        )
+
+    line("store.append (encoding included)", appends)
+    for name, values in timed.times.items():
+        if len(values) > 1:
+            line(name, values)
+    line("encode (the turn's entries)", encoding)
+    print(
+        "  (a COMMIT over a millisecond is mostly SQLite's checkpoint of its "
+        "write-ahead log, every 1000 pages, or the machine's other load)"
+    )
+
+
 # -- the report --------------------------------------------------------------
 
 
@@ -944,6 +1047,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--no-postgres", dest="postgres", action="store_false")
     parser.add_argument("--no-langgraph", dest="langgraph", action="store_false")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument(
+        "--no-statements",
+        dest="statements",
+        action="store_false",
+        help="leave out the table of what each statement of an SQLite append costs",
+    )
     args = parser.parse_args(argv)
     if args.turns < 2 * WINDOW + 2:
         parser.error(f"--turns must be at least {2 * WINDOW + 2}")
@@ -953,6 +1062,8 @@ def main(argv: list[str]) -> None:
         if pg is not None:
             pg.start()
         anyio.run(measure, args, pg)
+        if args.statements:
+            anyio.run(statements, min(args.turns, STATEMENT_TURNS))
         if args.profile:
             profile(min(args.turns, PROFILE_TURNS), pg)
     finally:
