@@ -86,6 +86,7 @@ from turnfsm.driver import function_tool
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence import Entry, MemoryStore, Session, SessionStore, SQLiteStore
 from turnfsm.persistence._rows import encode
+from turnfsm.persistence._sqlite_open import CHECKPOINT_PAGES
 from turnfsm.persistence._store import SessionInfo
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
@@ -729,7 +730,8 @@ async def statements(turns: int) -> None:
     line("encode (the turn's entries)", encoding)
     print(
         "  (a COMMIT over a millisecond is mostly SQLite's checkpoint of its "
-        "write-ahead log, every 1000 pages, or the machine's other load)"
+        f"write-ahead log, every {CHECKPOINT_PAGES:,} pages, or the machine's "
+        "other load)"
     )
 
 
