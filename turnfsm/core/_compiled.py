@@ -122,18 +122,15 @@ def _select(
 ) -> _Firing | None:
     """Return the firing of the first candidate whose guards pass."""
     for conditions, unless, fire in candidates:
-        passed = True
         for guard in conditions:
             if not guard(s, event):
-                passed = False
                 break
-        if passed:
+        else:
             for guard in unless:
                 if guard(s, event):
-                    passed = False
                     break
-        if passed:
-            return fire
+            else:
+                return fire
     return None
 
 

@@ -210,10 +210,22 @@ class TurnMachine:
         model = self._model
         model.step = None
         before = self._snapshot
-        if before.phase in self._compiled.terminal:
+        compiled = self._compiled
+        if before.phase in compiled.terminal:
             return self._decision
         try:
-            self._fire(event)
+            groups = compiled.by_type.get(type(event))
+            if groups is None and isinstance(event, Signal):
+                # A Signal fires only a declared signal, never a built-in trigger
+                # (Signal(name="measured") would reach reducers that read a Measured).
+                groups = compiled.signals.get(event.name)
+            candidates = groups.get(model.state) if groups is not None else None
+            fire = None if candidates is None else _select(candidates, before, event)
+            if fire is None:
+                raise IllegalEvent(phase=before.phase, event=trigger_of(event))
+            model.event = event
+            fire.fire(model)
+            model.event = None
             snapshot = model.snapshot
             pending = snapshot.pending
             if snapshot.history is before.history and snapshot.inbox is before.inbox:
@@ -236,7 +248,7 @@ class TurnMachine:
                         )
             else:
                 left_open = self._checked(before, snapshot)
-            decision = self._compiled.decide[snapshot.phase](snapshot, left_open)
+            decision = compiled.decide[snapshot.phase](snapshot, left_open)
             if left_open.ids:
                 _check_open(left_open, decision, snapshot.phase)
         except BaseException as exc:
@@ -265,26 +277,6 @@ class TurnMachine:
         left_open = self._open if pending is before.pending else OpenCalls.of(pending)
         _check_new_ids(before, snapshot)
         return left_open
-
-    def _fire(self, event: Event) -> None:
-        compiled = self._compiled
-        groups = compiled.by_type.get(type(event))
-        if groups is None and isinstance(event, Signal):
-            # A Signal fires only a declared signal, never a built-in trigger
-            # (Signal(name="measured") would reach reducers that read a Measured).
-            groups = compiled.signals.get(event.name)
-        model = self._model
-        candidates = groups.get(model.state) if groups is not None else None
-        fire = (
-            _select(candidates, model.snapshot, event)
-            if candidates is not None
-            else None
-        )
-        if fire is None:
-            raise IllegalEvent(phase=self.phase, event=trigger_of(event))
-        model.event = event
-        fire.fire(model)
-        model.event = None
 
     def message_key(self, event: Signal) -> str | None:
         """Return the key of `event`'s data that feeding it adds to the conversation.
