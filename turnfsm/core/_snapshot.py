@@ -288,9 +288,9 @@ class Snapshot:
         snapshots with the constructor or `attrs.evolve`.
         """
         new = object.__new__(Snapshot)
-        # One new dict of the fields, given to the instance whole (the fields
-        # of an attrs class without slots live in its __dict__).
-        object.__setattr__(new, "__dict__", {**self.__dict__, **changes})
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields.update(changes)
         return new
 
     def to_dict(self) -> dict[str, Any]:
