@@ -249,7 +249,7 @@ class TurnMachine:
             else:
                 left_open = self._checked(before, snapshot)
             decision = compiled.decide[snapshot.phase](snapshot, left_open)
-            if left_open.ids:
+            if left_open.ids and type(decision) in _SENDS_ON:  # decisions are final
                 _check_open(left_open, decision, snapshot.phase)
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
