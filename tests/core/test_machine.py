@@ -1020,9 +1020,7 @@ def test_inject_refuses_tool_traffic_and_leaves_the_machine_as_it_was() -> None:
     assert [m.text for m in machine.snapshot.pending] == ["hi", "more"]
 
 
-def test_a_phase_s_on_enter_runs_when_a_transition_enters_it_not_on_an_internal_one() -> (
-    None
-):
+def test_on_enter_runs_on_entry_not_on_an_internal_transition() -> None:
     # `gate` flushes the inbox when entered: by a transition into it from
     # elsewhere or from itself (dest = gate), never by one that names no dest.
     # Built without the loader, which refuses these unbounded cycles.
