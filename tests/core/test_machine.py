@@ -1018,3 +1018,51 @@ def test_inject_refuses_tool_traffic_and_leaves_the_machine_as_it_was() -> None:
     assert machine.snapshot == before
     machine.inject(Message.user("more"))  # still accepts input
     assert [m.text for m in machine.snapshot.pending] == ["hi", "more"]
+
+
+def test_on_enter_runs_on_entry_not_on_an_internal_transition() -> None:
+    # `gate` flushes the inbox when entered: by a transition into it from
+    # elsewhere or from itself (dest = gate), never by one that names no dest.
+    # Built without the loader, which refuses these unbounded cycles.
+    gate = ("gate",)
+    spec = MachineSpec(
+        name="gate",
+        initial="start",
+        terminal=("done",),
+        signals=("stay", "again"),
+        states=(
+            StateSpec(name="start", decision="measure"),
+            StateSpec(name="gate", decision="pause", on_enter=("flush_inbox",)),
+            StateSpec(name="done", decision="finish"),
+        ),
+        transitions=(
+            TransitionSpec(
+                trigger="run_started",
+                sources=("start",),
+                dest="gate",
+                actions=("record_start",),
+            ),
+            TransitionSpec(
+                trigger="message_injected",
+                sources=gate,
+                dest=None,
+                actions=("record_injection",),
+            ),
+            TransitionSpec(trigger="stay", sources=gate, dest=None),
+            TransitionSpec(trigger="again", sources=gate, dest="gate"),
+        ),
+    )
+    machine = TurnMachine.start(spec)
+    machine.handle(RunStarted(input=(U,)))
+    note = user("by the way")
+    machine.inject(note)
+    assert machine.snapshot.inbox == (note,)
+
+    machine.handle(Signal(name="stay"))
+    assert (machine.snapshot.inbox, list(machine.snapshot.pending)) == ((note,), [U])
+
+    machine.handle(Signal(name="again"))
+    assert (machine.snapshot.inbox, list(machine.snapshot.pending)) == ((), [U, note])
+    assert machine.last_step == Step(
+        source="gate", dest="gate", trigger="again", index=3
+    )

@@ -61,13 +61,15 @@ class Step:
 class _Model:
     """The object `transitions` moves between states: one per run (internal)."""
 
-    __slots__ = ("event", "snapshot", "state", "step")
+    __slots__ = ("data", "event", "snapshot", "state", "step")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.state = snapshot.phase
         self.snapshot = snapshot
         self.event: Event | None = None
         self.step: Step | None = None
+        self.data: EventData | None = None
+        """The run's `EventData`, filled anew for each firing (see `_Firing`)."""
 
 
 class _Data(Protocol):
@@ -103,8 +105,22 @@ class _Firing:
         return self.event.name
 
     def fire(self, model: _Model) -> None:
-        """Take `model` along the transition."""
-        data = EventData(self.source, self.event, self.machine, model, (), {})
+        """Take `model` along the transition.
+
+        A run fires one transition at a time and no callback keeps the
+        `EventData`, so each run has one, set as `Event._process` would make
+        it anew (its machine and model are the run's own): a third of a
+        microsecond less per event than building one.
+        """
+        data = model.data
+        if data is None:
+            data = EventData(self.source, self.event, self.machine, model, (), {})
+            model.data = data
+        else:
+            data.state = self.source
+            data.event = self.event
+            data.error = None
+            data.result = False
         data.transition = self.transition
         data.result = self.transition.execute(data)
 
@@ -122,18 +138,15 @@ def _select(
 ) -> _Firing | None:
     """Return the firing of the first candidate whose guards pass."""
     for conditions, unless, fire in candidates:
-        passed = True
         for guard in conditions:
             if not guard(s, event):
-                passed = False
                 break
-        if passed:
+        else:
             for guard in unless:
                 if guard(s, event):
-                    passed = False
                     break
-        if passed:
-            return fire
+            else:
+                return fire
     return None
 
 
@@ -142,8 +155,17 @@ def _fire(
     base: dict[str, Any],
     failure: FailureBuilder | None,
     reducers: tuple[Reducer, ...],
+    on_enter: tuple[Reducer, ...],
     data: _Data,
 ) -> None:
+    """The transition's one callback: its actions, then its destination's `on_enter`.
+
+    Rule 2's order, in one `before` callback rather than a `before` and a
+    state's `on_enter` (each callback `transitions` runs costs a dispatch and
+    a log call). The reducers never read the model's state, so running the
+    `on_enter` reducers before `transitions` moves it gives the same snapshot;
+    the step is recorded once the actions passed, as it was before.
+    """
     model = data.model
     event = model.event
     assert event is not None
@@ -154,16 +176,8 @@ def _fire(
         s = s.replace(**base)
     for reducer in reducers:
         s = reducer(s, event)
-    model.snapshot = s
     model.step = step
-
-
-def _enter(reducers: tuple[Reducer, ...], data: _Data) -> None:
-    model = data.model
-    event = model.event
-    assert event is not None
-    s = model.snapshot
-    for reducer in reducers:
+    for reducer in on_enter:
         s = reducer(s, event)
     model.snapshot = s
 
@@ -181,15 +195,10 @@ class _Compiled:
     __slots__ = ("by_type", "decide", "machine", "messages", "signals", "terminal")
 
     def __init__(self, spec: MachineSpec) -> None:
-        states = [
-            State(
-                s.name,
-                on_enter=[partial(_enter, _reducers(s.on_enter))]
-                if s.on_enter
-                else None,
-            )
-            for s in spec.states
-        ]
+        # A phase's `on_enter` reducers run in the callback of each transition
+        # that enters it (see `_fire`): the states carry no callbacks.
+        states = [State(s.name) for s in spec.states]
+        entering = {s.name: _reducers(s.on_enter) for s in spec.states}
         machine = Machine(
             model=None,
             states=states,
@@ -230,11 +239,13 @@ class _Compiled:
                 base: dict[str, Any] = {"phase": dest}
                 if t.reason is not None:
                     base["compact_reason"] = t.reason
+                # An internal transition (no dest) enters no phase.
+                on_enter = entering[t.dest] if t.dest is not None else ()
                 machine.add_transition(
                     name,
                     source,
                     t.dest,
-                    before=[partial(_fire, step, base, failure, reducers)],
+                    before=[partial(_fire, step, base, failure, reducers, on_enter)],
                 )
             by_phase = groups.setdefault(t.trigger, {})
             for source in t.sources:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeAlias, TypeVar
+from typing import TypeAlias
 
 from turnfsm.core._decisions import (
     CallLLM,
@@ -25,8 +25,6 @@ from turnfsm.messages import OpenCalls, ToolCallPart
 __all__ = ["Decide", "_decider"]
 
 
-_D = TypeVar("_D", Measure, CallLLM, RunTools)
-
 Decide: TypeAlias = Callable[[Snapshot, OpenCalls], Decision]
 """The decision a phase emits, given the snapshot and its pending's open calls."""
 
@@ -44,17 +42,33 @@ def _unanswered(s: Snapshot, left_open: OpenCalls) -> tuple[ToolCallPart, ...]:
     return tuple(calls)
 
 
-def _made(cls: type[_D], /, **fields: object) -> _D:
-    """`cls(**fields)` without its validators: a decision of the snapshot's values.
+# The brain makes a decision per event from its snapshot, whose fields were
+# checked when they were set (the logs, the turn count, the last reply's
+# calls): checking them again in the decision's validators would cost more
+# than the rest of the decision (`Snapshot.replace` skips them likewise), so
+# the three decisions of every tool turn are built field by field.
+_new = object.__new__
+_set = object.__setattr__
 
-    The brain makes a decision per event from its snapshot, whose fields were
-    checked when they were set (the logs, the turn count, the last reply's
-    calls): checking them again would cost more than the rest of the
-    decision (`Snapshot.replace` skips them likewise).
-    """
-    decision = object.__new__(cls)
-    for name, value in fields.items():
-        object.__setattr__(decision, name, value)
+
+def _measure(s: Snapshot, _o: OpenCalls) -> Measure:
+    decision: Measure = _new(Measure)
+    _set(decision, "history", s.history)
+    _set(decision, "pending", s.pending)
+    return decision
+
+
+def _call_llm(s: Snapshot, _o: OpenCalls) -> CallLLM:
+    decision: CallLLM = _new(CallLLM)
+    _set(decision, "history", s.history)
+    _set(decision, "pending", s.pending)
+    _set(decision, "turn", s.turns + 1)
+    return decision
+
+
+def _run_tools(s: Snapshot, o: OpenCalls) -> RunTools:
+    decision: RunTools = _new(RunTools)
+    _set(decision, "calls", _unanswered(s, o))
     return decision
 
 
@@ -63,13 +77,11 @@ def _decider(spec: MachineSpec, state: StateSpec) -> Decide:
     kind = state.decision
     phase = state.name
     if kind == "measure":
-        return lambda s, _o: _made(Measure, history=s.history, pending=s.pending)
+        return _measure
     if kind == "call_llm":
-        return lambda s, _o: _made(
-            CallLLM, history=s.history, pending=s.pending, turn=s.turns + 1
-        )
+        return _call_llm
     if kind == "run_tools":
-        return lambda s, o: _made(RunTools, calls=_unanswered(s, o))
+        return _run_tools
     if kind == "pause":
         accepts = spec.accepts(phase)
         return lambda s, o: Pause(phase=phase, calls=_unanswered(s, o), accepts=accepts)

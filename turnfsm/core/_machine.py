@@ -41,8 +41,10 @@ and when the decision sends the conversation on (`CallLLM`, `Compact`,
 `Finish`) no call is open; and no message joins pending or the inbox under
 an id the conversation (history, pending, inbox) holds already. Else
 `handle()` raises `InvalidMessage` naming the call or message id.
-`OpenCalls` and `require_new_ids` keep what they learnt on the `MessageLog`,
-so the checks cost O(new messages) per event, not O(history).
+`OpenCalls` and `require_new_ids` keep what they learnt on the `MessageLog`
+(and the machine keeps pending's open calls, which a reply or results that
+only append go on from), so the checks cost O(new messages) per event, not
+O(history).
 
 No clock, no I/O, no randomness: time, ids and token counts arrive on events,
 so the same events in the same order give the same phases and decisions.
@@ -208,31 +210,47 @@ class TurnMachine:
         model = self._model
         model.step = None
         before = self._snapshot
-        if before.phase in self._compiled.terminal:
+        compiled = self._compiled
+        if before.phase in compiled.terminal:
             return self._decision
         try:
-            self._fire(event)
+            groups = compiled.by_type.get(type(event))
+            if groups is None and isinstance(event, Signal):
+                # A Signal fires only a declared signal, never a built-in trigger
+                # (Signal(name="measured") would reach reducers that read a Measured).
+                groups = compiled.signals.get(event.name)
+            candidates = groups.get(model.state) if groups is not None else None
+            fire = None if candidates is None else _select(candidates, before, event)
+            if fire is None:
+                raise IllegalEvent(phase=before.phase, event=trigger_of(event))
+            model.event = event
+            fire.fire(model)
+            model.event = None
             snapshot = model.snapshot
-            # Rule 4, paying only for what changed: history was whole and
-            # pending's open calls are known for the snapshot we leave.
-            if snapshot.history is not before.history:
-                committed = OpenCalls.of(snapshot.history)
-                if committed.ids and snapshot.phase in self._compiled.terminal:
-                    # A run that ends committing a reply's calls unanswered.
-                    _unanswered(committed, snapshot.phase, _SENDS_ON[Finish])
-                committed.require_closed()
             pending = snapshot.pending
-            left_open = (
-                self._open if pending is before.pending else OpenCalls.of(pending)
-            )
-            if (
-                pending is not before.pending
-                or snapshot.inbox is not before.inbox
-                or snapshot.history is not before.history
-            ):
-                _check_new_ids(before, snapshot)
-            decision = self._compiled.decide[snapshot.phase](snapshot, left_open)
-            _check_open(left_open, decision, snapshot.phase)
+            if snapshot.history is before.history and snapshot.inbox is before.inbox:
+                # The usual event: history and the inbox untouched, pending as
+                # it was (a measurement) or grown by appends (a reply, results).
+                if pending is before.pending:
+                    left_open = self._open
+                else:
+                    added = _added(before.pending, pending)
+                    if added is None:
+                        left_open = self._checked(before, snapshot)
+                    else:  # the checks of `_checked` on what joined, in its order
+                        left_open = self._open.then(added)
+                        require_new_ids(
+                            added,
+                            snapshot.history,
+                            before.pending,
+                            snapshot.inbox,
+                            field="message",
+                        )
+            else:
+                left_open = self._checked(before, snapshot)
+            decision = compiled.decide[snapshot.phase](snapshot, left_open)
+            if left_open.ids and type(decision) in _SENDS_ON:  # decisions are final
+                _check_open(left_open, decision, snapshot.phase)
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             model.snapshot = before
@@ -243,25 +261,22 @@ class TurnMachine:
         self._decision = decision
         return decision
 
-    def _fire(self, event: Event) -> None:
-        compiled = self._compiled
-        groups = compiled.by_type.get(type(event))
-        if groups is None and isinstance(event, Signal):
-            # A Signal fires only a declared signal, never a built-in trigger
-            # (Signal(name="measured") would reach reducers that read a Measured).
-            groups = compiled.signals.get(event.name)
-        model = self._model
-        candidates = groups.get(model.state) if groups is not None else None
-        fire = (
-            _select(candidates, model.snapshot, event)
-            if candidates is not None
-            else None
-        )
-        if fire is None:
-            raise IllegalEvent(phase=self.phase, event=trigger_of(event))
-        model.event = event
-        fire.fire(model)
-        model.event = None
+    def _checked(self, before: Snapshot, snapshot: Snapshot) -> OpenCalls:
+        """Rule 4 on what changed but did not only grow: return pending's open calls.
+
+        History was whole and pending's open calls are known for the snapshot
+        we leave, so this pays only for what changed.
+        """
+        if snapshot.history is not before.history:
+            committed = OpenCalls.of(snapshot.history)
+            if committed.ids and snapshot.phase in self._compiled.terminal:
+                # A run that ends committing a reply's calls unanswered.
+                _unanswered(committed, snapshot.phase, _SENDS_ON[Finish])
+            committed.require_closed()
+        pending = snapshot.pending
+        left_open = self._open if pending is before.pending else OpenCalls.of(pending)
+        _check_new_ids(before, snapshot)
+        return left_open
 
     def message_key(self, event: Signal) -> str | None:
         """Return the key of `event`'s data that feeding it adds to the conversation.
@@ -332,6 +347,15 @@ def _check_new_ids(before: Snapshot, after: Snapshot) -> None:
         else:  # what joined it (nothing, when only a copy was made)
             queued = inbox[waiting:]
             require_new_ids(queued, history, pending, before.inbox, field="message")
+
+
+def _added(before: MessageLog, after: MessageLog) -> list[Message] | None:
+    """What `after` appended to `before` (a longer view of its log), else None."""
+    store, n = before.store_key
+    after_store, length = after.store_key
+    if after_store is not store or length < n:
+        return None
+    return list(after.items_from(n))
 
 
 def _kept(before: Sequence[Message], after: Sequence[Message]) -> int | None:

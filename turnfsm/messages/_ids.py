@@ -75,10 +75,10 @@ def _first_indexes(messages: Sequence[Message]) -> tuple[dict[str, int], int]:
     id's first position, kept on that list, answers for every view: an id is
     in a view when it first appears below the view's length.
     """
-    length = len(messages)
     if type(messages) is not MessageLog:
-        return {m.id: 0 for m in messages}, length
-    memo = messages.memo
+        return {m.id: 0 for m in messages}, len(messages)
+    length = messages._len
+    memo = messages._store.memo
     known: tuple[int, dict[str, int]] | None = memo.get(_MEMO)
     count, first = known if known is not None else (0, {})
     if count < length:

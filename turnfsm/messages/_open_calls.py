@@ -173,5 +173,8 @@ def _step(open_ids: tuple[str, ...], message: object) -> tuple[str, ...]:
         )
     if role is not Role.ASSISTANT:  # only an assistant may call tools
         return open_ids
-    calls = tuple(p.id for p in message.parts if type(p) is ToolCallPart)
-    return calls or open_ids
+    calls = []  # a loop, not a generator: once per reply, on every tool turn
+    for part in message.parts:
+        if type(part) is ToolCallPart:
+            calls.append(part.id)
+    return tuple(calls) if calls else open_ids

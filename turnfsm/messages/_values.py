@@ -462,15 +462,26 @@ class Message:
         """The concatenated text parts."""
         return "".join(p.text for p in self.parts if isinstance(p, TextPart))
 
+    # The two views below run a few times per tool turn (the brain's guards
+    # and decisions, the driver): a plain loop over the few parts costs about
+    # half a generator's tuple.
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:
         """The tool calls this message makes."""
-        return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
+        calls = []
+        for part in self.parts:
+            if isinstance(part, ToolCallPart):
+                calls.append(part)
+        return tuple(calls)
 
     @property
     def tool_results(self) -> tuple[ToolResultPart, ...]:
         """The tool results this message carries."""
-        return tuple(p for p in self.parts if isinstance(p, ToolResultPart))
+        results = []
+        for part in self.parts:
+            if isinstance(part, ToolResultPart):
+                results.append(part)
+        return tuple(results)
 
     @property
     def sent_texts(self) -> tuple[str, ...]:
