@@ -9,7 +9,7 @@ alone, which is what `Session.load` does.
 from __future__ import annotations
 
 import contextlib
-import uuid
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, final
@@ -63,8 +63,12 @@ __all__ = ["Session", "new_id"]
 
 
 def new_id(prefix: str) -> str:
-    """Return a fresh id such as ``run_3f2a...``."""
-    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+    """Return a fresh id such as ``run_3f2a...``: 20 random hex digits.
+
+    Drawn from the system's randomness, as a random UUID's are (without
+    the UUID: a run and its session each take one).
+    """
+    return f"{prefix}_{os.urandom(10).hex()}"
 
 
 def _not_entries(store: SessionStore, value: str) -> InvalidReturn:
