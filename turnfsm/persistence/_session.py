@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, final
 
@@ -437,21 +437,14 @@ class Session:
         return self._running
 
     # -- writing -------------------------------------------------------
-    @contextlib.contextmanager
-    def claim(self) -> Iterator[Session]:
+    def claim(self) -> contextlib.AbstractContextManager[Session]:
         """Hold the session for one run (the driver does this).
 
         Raises:
             SessionBusy: another run holds it: two runs on one history would
                 each commit over the other.
         """
-        if self._running:
-            raise SessionBusy(self.id)
-        self._running = True
-        try:
-            yield self
-        finally:
-            self._running = False
+        return _Claim(self)
 
     def hold_lost(self, lost: LeaseLost | None) -> None:
         """Refuse every append with `lost` from now on (None: accept them again).
@@ -576,6 +569,26 @@ class Session:
                     run.continued += 1
                 if entry.outcome not in GOES_ON:
                     self._open.pop(entry.run_id, None)
+
+
+@final
+class _Claim:
+    """`Session.claim`'s context (a class, not a generator: every run enters one)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def __enter__(self) -> Session:
+        session = self._session
+        if session._running:
+            raise SessionBusy(session.id)
+        session._running = True
+        return session
+
+    def __exit__(self, *_exc: object) -> None:
+        self._session._running = False
 
 
 _SETTINGS_JSON: Final = compact_encoder(sort_keys=True)
