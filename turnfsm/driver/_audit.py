@@ -10,6 +10,7 @@ refused is `stalled` from the start, never rewritten afterwards.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
 from turnfsm import _checks
 from turnfsm.context import ContextManager
@@ -184,6 +185,10 @@ def summaries(
     ]
 
 
+_UNUSED: Final = Usage()
+"""Nothing used yet: a run's tallies start here (a frozen value, shared)."""
+
+
 class Audit:
     """A run's audit trail as it grows: its turns, its passes, their usage.
 
@@ -207,13 +212,13 @@ class Audit:
         self.hooks = hooks
         self.manager = manager
         self.clock = clock
-        self.usage = Usage()  # the agent's own model calls
+        self.usage = _UNUSED  # the agent's own model calls
         self.reported_calls = 0  # those of them the provider reported usage for
         self.prices = prices
         self.cost: float | None = None if prices is None else 0.0
         """What the agent's own model calls cost, in US dollars (None: no
         prices, or a reply whose usage the provider did not report)."""
-        self.compaction_usage = Usage()  # the passes' summary calls
+        self.compaction_usage = _UNUSED  # the passes' summary calls
         self.reported: Reported | None = None  # the provider's count of the last call
         self._context: tuple[MessageLog, MessageLog] | None = None
         # The context settings the run's ratio is looked up by, made once.

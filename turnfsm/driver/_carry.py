@@ -26,7 +26,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl
-from turnfsm.driver._effects import Effect, effect_key
+from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect, effect_key
 from turnfsm.driver._tools import is_late, timed_step, warn_if_held
 from turnfsm.errors import InvalidReturn
 from turnfsm.providers import ModelPrices
@@ -55,6 +55,9 @@ class EffectSettings:
             (None: no limit).
         prices: The model's prices, for what the run's calls cost (None:
             not known).
+        own_effects: The names whose effect is the user's, not the built-in
+            one (made from `effects`): their events are checked against the
+            phase. Most drivers have none.
     """
 
     machine_name: str
@@ -67,6 +70,15 @@ class EffectSettings:
     effect_timeout: float | None
     store_timeout: float | None = None
     prices: ModelPrices | None = None
+    own_effects: frozenset[str] = attrs.field(init=False)
+
+    @own_effects.default
+    def _own(self) -> frozenset[str]:
+        return frozenset(
+            key
+            for key, effect in self.effects.items()
+            if effect is not BUILTIN_EFFECTS.get(key)
+        )
 
 
 async def carry_out(

@@ -107,6 +107,8 @@ def run_hooks(value: Iterable[Hook], own: Sequence[Hook]) -> tuple[Hook, ...]:
             refuses it; or one of the driver's own (`own`), which watch
             every run already: it would be called twice.
     """
+    if type(value) is tuple and not value:  # the usual run: no hooks of its own
+        return ()
     hooks = check_hooks(value)
     for i, hook in enumerate(hooks):
         if any(h is hook for h in own):

@@ -17,7 +17,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import Final
+from typing import Final, final
 
 import anyio
 import attrs
@@ -113,10 +113,9 @@ async def lease_owner(session: Session, store_timeout: float | None) -> str | No
     return lease.owner if lease is not None else None
 
 
-@contextlib.asynccontextmanager
-async def holding(
+def holding(
     session: Session, *, ttl: float, store_timeout: float | None, force: bool = False
-) -> AsyncIterator[Lease | None]:
+) -> contextlib.AbstractAsyncContextManager[Lease | None]:
     """Hold `session`'s lease while the body runs; yield the lease it replaced.
 
     The lease it replaced is the previous owner's (None: nobody held it, or
@@ -129,14 +128,50 @@ async def holding(
             another view; `force` or not).
         StoreUnusable: the store did not answer within `store_timeout`.
     """
-    store = _leasing(session)
-    if store is None:
-        if isinstance(session.store, MemoryStore):
-            with _running_here((id(session.store), session.id)):
-                yield None
-        else:
-            yield None
-        return
+    store = session.store
+    if isinstance(store, MemoryStore):  # one process: the claim here is the hold
+        return _HeldHere((id(store), session.id))
+    leasing = _leasing(session)
+    if leasing is None:
+        return _NOT_HELD
+    return _holding(session, leasing, ttl, store_timeout, force)
+
+
+@final
+class _HeldHere:
+    """`holding` for a `MemoryStore`: `_running_here` around the body, no lease.
+
+    A class, not a generator: every run on an in-memory session enters it.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: tuple[int | str, str]) -> None:
+        self._key = key
+
+    async def __aenter__(self) -> None:
+        key = self._key
+        if key in _RUNNING:
+            raise SessionBusy(key[1])
+        _RUNNING[key] = 1
+
+    async def __aexit__(self, *_exc: object) -> None:
+        _RUNNING.pop(self._key)  # a MemoryStore's is never held twice
+
+
+_NOT_HELD: Final = contextlib.nullcontext(None)
+"""`holding` for a store that is no `LeasingStore`: nothing to hold."""
+
+
+@contextlib.asynccontextmanager
+async def _holding(
+    session: Session,
+    store: LeasingStore,
+    ttl: float,
+    store_timeout: float | None,
+    force: bool,
+) -> AsyncIterator[Lease | None]:
+    """`holding` for a `LeasingStore`: its lease, renewed while the body runs."""
     owner = owner_id()
     session_id = session.id
     previous = await store_call(

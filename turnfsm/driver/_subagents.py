@@ -36,7 +36,7 @@ import contextvars
 import hashlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import anyio
@@ -125,7 +125,7 @@ class ChildTally:
 
     run_id: str
     control: RunControl | None = None
-    usage: Usage = attrs.field(factory=Usage)
+    usage: Usage = attrs.field(default=Usage())  # frozen: one for every tally
     cost: float | None = 0.0
     """What the children's model calls cost (None: one had no prices)."""
     taken_over: str | None = None
@@ -212,14 +212,13 @@ class _Spent:
         )
 
 
-@contextmanager
 def run_scope(
     run_id: str,
     control: RunControl | None,
     spec: MachineSpec,
     *,
     taken_over: str | None = None,
-) -> Iterator[tuple[ParentLink | None, ChildTally]]:
+) -> _RunScope:
     """Scope one run: take its parent link, give it a fresh tally of its children.
 
     The link is taken, not left for runs inside this one: a tool of the
@@ -228,17 +227,60 @@ def run_scope(
     is the run's until it ends (`RunControl.steering`), refusing injections
     its machine `spec` takes in no phase.
     """
-    steering = control.steering(run_id, spec) if control is not None else nullcontext()
-    with steering:
-        link = _LINK.get()
-        tally = ChildTally(run_id, control, taken_over=taken_over, parent=_TALLY.get())
-        link_token = _LINK.set(None)
-        tally_token = _TALLY.set(tally)
+    return _RunScope(run_id, control, spec, taken_over)
+
+
+@final
+class _RunScope:
+    """`run_scope`'s context (a class, not a generator: every run enters one)."""
+
+    __slots__ = (
+        "_control",
+        "_link",
+        "_run_id",
+        "_spec",
+        "_steering",
+        "_taken_over",
+        "_tally",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        control: RunControl | None,
+        spec: MachineSpec,
+        taken_over: str | None,
+    ) -> None:
+        self._run_id = run_id
+        self._control = control
+        self._spec = spec
+        self._taken_over = taken_over
+
+    def __enter__(self) -> tuple[ParentLink | None, ChildTally]:
+        control = self._control
+        steering = None
+        if control is not None:
+            steering = control.steering(self._run_id, self._spec)
+            steering.__enter__()
+        self._steering = steering
         try:
-            yield link, tally
-        finally:
-            _TALLY.reset(tally_token)
-            _LINK.reset(link_token)
+            link = _LINK.get()
+            tally = ChildTally(
+                self._run_id, control, taken_over=self._taken_over, parent=_TALLY.get()
+            )
+            self._link = _LINK.set(None)
+            self._tally = _TALLY.set(tally)
+        except BaseException as exc:
+            if steering is not None:
+                steering.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return link, tally
+
+    def __exit__(self, *exc: Any) -> None:
+        _TALLY.reset(self._tally)
+        _LINK.reset(self._link)
+        if self._steering is not None:
+            self._steering.__exit__(*exc)
 
 
 _check_name = _checks.string("name", non_empty=True)

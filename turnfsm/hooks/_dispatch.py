@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 
@@ -57,8 +57,8 @@ class HookDispatcher:
 
     def __attrs_post_init__(self) -> None:
         hooks = self.hooks
-        if not hooks:  # the usual run: nothing to look up
-            self._table = {name: [] for name in HOOK_METHODS}
+        if not hooks:  # the usual run: nothing to look up, nothing to detach
+            self._table = dict(_NO_HOOKS)
             return
         for name in HOOK_METHODS:
             base = getattr(Hook, name)
@@ -195,6 +195,10 @@ class HookDispatcher:
 
 
 _COMPACTION_METHODS = ("on_compaction_pass", *DEPRECATED_METHODS)
+
+_NO_HOOKS: Final[dict[str, list[Hook]]] = {name: [] for name in HOOK_METHODS}
+"""The table of a dispatcher with no hooks, copied (its lists stay empty:
+hooks are only ever removed from a table, never added)."""
 
 
 def _as_crash(exc: Exception) -> None:

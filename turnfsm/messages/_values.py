@@ -138,6 +138,12 @@ def _require_id(field: str) -> Any:
     return _checks.string(field, non_empty=True, error=InvalidMessage)
 
 
+_TEXT: Final = _require_str("text")
+"""The check of a constructor's text (made once: a message is made per call)."""
+_SAID: Final = _checks.string(non_empty=True, error=InvalidMessage, expected=_USER_TEXT)
+"""The check of a user message's text."""
+
+
 @final
 @attrs.frozen(kw_only=True)
 class TextPart:
@@ -409,7 +415,7 @@ class Message:
     @classmethod
     def system(cls, text: str, **kwargs: Any) -> Message:
         """Return a system message with `text`."""
-        _checks.check(text, "text", _require_str("text"))
+        _checks.check(text, "text", _TEXT)
         return cls(role=Role.SYSTEM, parts=text, **kwargs)
 
     @classmethod
@@ -420,11 +426,7 @@ class Message:
             InvalidMessage: `text` is not a string, or is blank (a user
                 message says something).
         """
-        _checks.check(
-            text,
-            "text",
-            _checks.string(non_empty=True, error=InvalidMessage, expected=_USER_TEXT),
-        )
+        _checks.check(text, "text", _SAID)
         return cls(role=Role.USER, parts=text, **kwargs)
 
     @classmethod
@@ -436,7 +438,7 @@ class Message:
         **kwargs: Any,
     ) -> Message:
         """Return an assistant message with `text` and optional `tool_calls`."""
-        _checks.check(text, "text", _require_str("text"))
+        _checks.check(text, "text", _TEXT)
         calls: tuple[Part, ...] = _checks.as_tuple(
             tool_calls, "tool_calls", "ToolCallPart", error=InvalidMessage
         )

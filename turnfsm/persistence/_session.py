@@ -9,8 +9,8 @@ alone, which is what `Session.load` does.
 from __future__ import annotations
 
 import contextlib
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
+import os
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, final
 
@@ -63,8 +63,12 @@ __all__ = ["Session", "new_id"]
 
 
 def new_id(prefix: str) -> str:
-    """Return a fresh id such as ``run_3f2a...``."""
-    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+    """Return a fresh id such as ``run_3f2a...``: 20 random hex digits.
+
+    Drawn from the system's randomness, as a random UUID's are (without
+    the UUID: a run and its session each take one).
+    """
+    return f"{prefix}_{os.urandom(10).hex()}"
 
 
 def _not_entries(store: SessionStore, value: str) -> InvalidReturn:
@@ -433,21 +437,14 @@ class Session:
         return self._running
 
     # -- writing -------------------------------------------------------
-    @contextlib.contextmanager
-    def claim(self) -> Iterator[Session]:
+    def claim(self) -> contextlib.AbstractContextManager[Session]:
         """Hold the session for one run (the driver does this).
 
         Raises:
             SessionBusy: another run holds it: two runs on one history would
                 each commit over the other.
         """
-        if self._running:
-            raise SessionBusy(self.id)
-        self._running = True
-        try:
-            yield self
-        finally:
-            self._running = False
+        return _Claim(self)
 
     def hold_lost(self, lost: LeaseLost | None) -> None:
         """Refuse every append with `lost` from now on (None: accept them again).
@@ -572,6 +569,26 @@ class Session:
                     run.continued += 1
                 if entry.outcome not in GOES_ON:
                     self._open.pop(entry.run_id, None)
+
+
+@final
+class _Claim:
+    """`Session.claim`'s context (a class, not a generator: every run enters one)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def __enter__(self) -> Session:
+        session = self._session
+        if session._running:
+            raise SessionBusy(session.id)
+        session._running = True
+        return session
+
+    def __exit__(self, *_exc: object) -> None:
+        self._session._running = False
 
 
 _SETTINGS_JSON: Final = compact_encoder(sort_keys=True)
