@@ -135,8 +135,8 @@ def test_the_users_own_effects_follow_the_effects_they_are_made_of() -> None:
         raise AssertionError("not run")
 
     settings = Driver(model=ScriptedModel.of("x")).effect_settings
-    assert settings.own_effects == frozenset()
+    assert settings._own_effects == frozenset()
     replaced = attrs.evolve(settings, effects={**BUILTIN_EFFECTS, "call_llm": mine})
-    assert replaced.own_effects == {"call_llm"}
-    assert attrs.evolve(replaced, effects=BUILTIN_EFFECTS).own_effects == frozenset()
+    assert replaced._own_effects == {"call_llm"}
+    assert attrs.evolve(replaced, effects=BUILTIN_EFFECTS)._own_effects == frozenset()
     assert isinstance(replaced, EffectSettings)

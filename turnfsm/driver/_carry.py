@@ -55,9 +55,6 @@ class EffectSettings:
             (None: no limit).
         prices: The model's prices, for what the run's calls cost (None:
             not known).
-        own_effects: The names whose effect is the user's, not the built-in
-            one (made from `effects`): their events are checked against the
-            phase. Most drivers have none.
     """
 
     machine_name: str
@@ -70,9 +67,11 @@ class EffectSettings:
     effect_timeout: float | None
     store_timeout: float | None = None
     prices: ModelPrices | None = None
-    own_effects: frozenset[str] = attrs.field(init=False)
+    # The names whose effect is the user's, not the built-in one (made from
+    # `effects`, once per driver): their events are checked against the phase.
+    _own_effects: frozenset[str] = attrs.field(init=False, repr=False)
 
-    @own_effects.default
+    @_own_effects.default
     def _own(self) -> frozenset[str]:
         return frozenset(
             key

@@ -16,7 +16,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Final, final
 
 import anyio
@@ -144,19 +144,16 @@ class _HeldHere:
     A class, not a generator: every run on an in-memory session enters it.
     """
 
-    __slots__ = ("_key",)
+    __slots__ = ("_here",)
 
     def __init__(self, key: tuple[int | str, str]) -> None:
-        self._key = key
+        self._here = _running_here(key)
 
     async def __aenter__(self) -> None:
-        key = self._key
-        if key in _RUNNING:
-            raise SessionBusy(key[1])
-        _RUNNING[key] = 1
+        self._here.__enter__()
 
     async def __aexit__(self, *_exc: object) -> None:
-        _RUNNING.pop(self._key)  # a MemoryStore's is never held twice
+        self._here.__exit__()
 
 
 _NOT_HELD: Final = contextlib.nullcontext(None)
@@ -187,8 +184,8 @@ async def _holding(
             yield None if ours else previous
 
 
-@contextlib.contextmanager
-def _running_here(key: tuple[int | str, str], *, busy: bool = True) -> Iterator[None]:
+@final
+class _running_here:
     """Count session `key` as worked on by a run of this process in the body.
 
     Raises:
@@ -197,12 +194,21 @@ def _running_here(key: tuple[int | str, str], *, busy: bool = True) -> Iterator[
             two would carry one run on twice, or each commit over the other.
             No `force` takes it over: this process is not gone.
     """
-    if busy and key in _RUNNING:
-        raise SessionBusy(key[1])
-    _RUNNING[key] = _RUNNING.get(key, 0) + 1
-    try:
-        yield
-    finally:
+
+    __slots__ = ("_busy", "_key")
+
+    def __init__(self, key: tuple[int | str, str], *, busy: bool = True) -> None:
+        self._key = key
+        self._busy = busy
+
+    def __enter__(self) -> None:
+        key = self._key
+        if self._busy and key in _RUNNING:
+            raise SessionBusy(key[1])
+        _RUNNING[key] = _RUNNING.get(key, 0) + 1
+
+    def __exit__(self, *_exc: object) -> None:
+        key = self._key
         left = _RUNNING.pop(key) - 1
         if left:
             _RUNNING[key] = left

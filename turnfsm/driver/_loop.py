@@ -163,7 +163,7 @@ class RunLoop(Ending):
         self._effects = settings.effects
         # The effects of the user's (not the built-in ones) whose events are
         # checked against the phase (`_check_accepted`): most runs have none.
-        self._own_effects = settings.own_effects
+        self._own_effects = settings._own_effects
         self._wants_transition = self.hooks.wants("on_transition")
         self._estimate_source = "estimated"  # where the snapshot's estimate came from
         self._journal: ToolJournal | None = None  # made on the first batch of calls
