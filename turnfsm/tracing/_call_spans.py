@@ -5,7 +5,6 @@ from __future__ import annotations
 import traceback
 from typing import Any, Final
 
-from opentelemetry import context as otel_context
 from opentelemetry.metrics import Histogram
 from opentelemetry.trace import Span
 
@@ -21,7 +20,6 @@ from turnfsm.tracing._content import (
 
 __all__ = [
     "chat_attributes",
-    "detach",
     "end_chat",
     "end_tool",
     "tool_attributes",
@@ -70,18 +68,20 @@ def end_chat(
         labels[A.REQUEST_MODEL] = call.model
     response = info.response
     if response is not None:
+        said: dict[str, Any] = {}  # set at once: one lock, one pass of checks
         if response.model:
-            span.set_attribute(A.RESPONSE_MODEL, response.model)
-            labels[A.RESPONSE_MODEL] = response.model
+            said[A.RESPONSE_MODEL] = labels[A.RESPONSE_MODEL] = response.model
         if response.finish_reason:
-            span.set_attribute(A.RESPONSE_FINISH_REASONS, (response.finish_reason,))
+            said[A.RESPONSE_FINISH_REASONS] = (response.finish_reason,)
         usage = response.usage
         if usage is not None:
-            span.set_attributes(usage_attributes(usage))
+            said.update(usage_attributes(usage))
             tokens.record(usage.input_tokens, {**labels, A.TOKEN_TYPE: "input"})
             tokens.record(usage.output_tokens, {**labels, A.TOKEN_TYPE: "output"})
         if capture:
-            span.set_attribute(A.OUTPUT_MESSAGES, messages_json((response.message,)))
+            said[A.OUTPUT_MESSAGES] = messages_json((response.message,))
+        if said:
+            span.set_attributes(said)
     elif info.error is not None:
         kind = _fail(span, info.error)
         if kind is not None:
@@ -111,9 +111,11 @@ def end_tool(span: Span, info: ToolCallEnd, *, capture: bool) -> dict[str, Any]:
         A.TOOL_NAME: info.call.call.name,
     }
     if info.result is not None:
-        # A tool message has no text parts: its content is its results'.
-        text = "".join(p.content for p in info.result.tool_results)
+        # A tool message has no text parts: its content is its results'
+        # (said only when content is captured).
+        text = ""
         if capture:
+            text = "".join(p.content for p in info.result.tool_results)
             span.set_attribute(A.TOOL_CALL_RESULT, text)
         raised = info.raised
         if info.interrupted:
@@ -169,10 +171,6 @@ def _raised(span: Span, raised: Exception, *, capture: bool) -> str:
             },
         )
     return kind
-
-
-def detach(token: object) -> None:
-    otel_context.detach(token)  # type: ignore[arg-type]
 
 
 def _fail(span: Span, error: BaseException) -> str | None:

@@ -52,7 +52,6 @@ from turnfsm.persistence import CompactionRecord
 from turnfsm.tracing import attributes as A
 from turnfsm.tracing._call_spans import (
     chat_attributes,
-    detach,
     end_chat,
     end_tool,
     tool_attributes,
@@ -66,6 +65,7 @@ from turnfsm.tracing._compaction_spans import (
 from turnfsm.tracing._content import NAME_CHARS, cut, total_attributes
 from turnfsm.tracing._otlp import CAPTURE_CONTENT_ENV, _env_flag
 from turnfsm.tracing._run_spans import (
+    Opened,
     OpenRun,
     add_transition,
     close,
@@ -82,6 +82,8 @@ _SCOPE: Final = "turnfsm"
 
 _WENT_ON_KEPT: Final = 10_000
 """Paused or interrupted runs whose root a resumption here can link to."""
+
+_REPLIES: Final = (ModelReplied, OutputRejected)
 
 
 def _loose_attributes(run_id: str, turn: int) -> dict[str, str | int]:
@@ -168,7 +170,7 @@ class TracingHook(Hook):
         # The model and tool calls made where their run is not open: a
         # durable run's activities, in a worker (the run lives in its
         # workflow). Each is a span of its own, under the current span.
-        self._loose: dict[tuple[str, str, str], tuple[Span, object]] = {}
+        self._loose: dict[tuple[str, str, str], tuple[Span, Opened]] = {}
         # The root span of each run that paused or was interrupted here, so
         # that the trace of its resumption links to it (newest kept).
         self._went_on: dict[str, trace.SpanContext] = {}
@@ -257,15 +259,14 @@ class TracingHook(Hook):
             time.perf_counter() - run.decided_at, {A.PHASE: run.decided_phase}
         )
         event = info.event
-        if isinstance(event, CompactorFailed):
-            run.compaction_error = event.error  # its span ends with the record
-        elif isinstance(event, ToolsFinished) or (
+        if isinstance(event, ToolsFinished) or (
             # A message injected meanwhile, or a re-ask for a structured
             # answer, makes the run go on: a new turn.
-            isinstance(event, ModelReplied | OutputRejected)
-            and not event.message.tool_calls
+            isinstance(event, _REPLIES) and not event.message.tool_calls
         ):
             run.turn_over = True  # ended when the next turn begins, or the run
+        elif isinstance(event, CompactorFailed):
+            run.compaction_error = event.error  # its span ends with the record
         if run.effect is not None and isinstance(info.decision, Perform):
             run.effect.end()
             run.effect = None
@@ -343,7 +344,7 @@ class TracingHook(Hook):
         if opened is None:
             return
         span, token = opened
-        detach(token)
+        otel_context.detach(token)
         labels = end_chat(span, info, tokens=self._tokens, capture=self.capture_content)
         self._duration.record(info.duration, labels)
         span.end()
@@ -384,7 +385,7 @@ class TracingHook(Hook):
         if opened is None:
             return
         span, token = opened
-        detach(token)
+        otel_context.detach(token)
         labels = end_tool(span, info, capture=self.capture_content)
         self._duration.record(info.duration, labels)
         span.end()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from contextvars import Token
+from typing import Any, TypeAlias
 
 import attrs
 from opentelemetry import context as otel_context
@@ -19,6 +20,7 @@ from turnfsm.values import ErrorInfo
 
 __all__ = [
     "OpenRun",
+    "Opened",
     "add_transition",
     "close",
     "end_open",
@@ -26,6 +28,10 @@ __all__ = [
     "end_turn",
     "run_attributes",
 ]
+
+
+Opened: TypeAlias = Token[otel_context.Context]
+"""What made a call's span current: detached when the call ends."""
 
 
 @attrs.define(eq=False)
@@ -48,8 +54,8 @@ class OpenRun:
     compacted: bool = False
     decided_at: float = 0.0
     decided_phase: str = ""
-    calls: dict[str, tuple[Span, object]] = attrs.field(factory=dict)
-    tools: dict[str, tuple[Span, object]] = attrs.field(factory=dict)
+    calls: dict[str, tuple[Span, Opened]] = attrs.field(factory=dict)
+    tools: dict[str, tuple[Span, Opened]] = attrs.field(factory=dict)
 
 
 def run_attributes(info: RunStartInfo, *, capture: bool) -> dict[str, Any]:
@@ -135,11 +141,14 @@ def close(run: OpenRun, *, cancelled: bool) -> None:
 def end_turn(run: OpenRun, *, cancelled: bool = False) -> None:
     turn = run.turn
     assert turn is not None
-    turn.set_attribute(A.PHASE, run.phase)  # where the turn got to
+    said: dict[str, Any] = {A.PHASE: run.phase}  # where the turn got to
     if run.estimate is not None:
-        turn.set_attribute(A.ESTIMATE, run.estimate)
-        turn.set_attribute(A.ESTIMATE_SOURCE, run.estimate_source)
-    end_open(turn, cancelled)
+        said[A.ESTIMATE] = run.estimate
+        said[A.ESTIMATE_SOURCE] = run.estimate_source
+    if cancelled:
+        said[A.CANCELLED] = True
+    turn.set_attributes(said)  # at once: one lock, one pass of the SDK's checks
+    turn.end()
     run.turn = run.turn_context = None
 
 
