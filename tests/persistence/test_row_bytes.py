@@ -113,8 +113,8 @@ def test_sample_entries_are_written_as_the_plain_path_writes_them() -> None:
 
 
 def test_varied_entries_keep_the_bytes_earlier_versions_wrote() -> None:
-    # The digest of the rows of `_varied()` as turnfsm wrote them before
-    # its row encoder was made quicker.
+    # The digest of the rows of `_varied()` as this version writes them:
+    # a change of the encoder that changes a byte of them fails here.
     written = hashlib.sha256()
     for entry in _varied():
         row = _row(entry)
