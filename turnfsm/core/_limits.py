@@ -190,7 +190,6 @@ _FINE: Final = frozenset({str, float, bool, type(None)})
 def _where(path: Path) -> str:
     """`path` named in a problem (it is named only for one)."""
     return field_name(path) or "the definition"
-    return out
 
 
 def name_problem(where: str, name: str) -> str | None:
