@@ -8,6 +8,7 @@ and the table the brain picks transitions from (see `_machine.py`, Rule 1);
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeAlias, final
 
@@ -20,10 +21,10 @@ from turnfsm.core._events import EVENT_TYPES, Event, Signal, trigger_name
 from turnfsm.core._guards import GUARDS, Guard
 from turnfsm.core._lines import CompactReason
 from turnfsm.core._reducers import (
+    CHANGES,
     FAILURES,
-    REDUCERS,
+    Changes,
     FailureBuilder,
-    Reducer,
     record_signal_message,
 )
 from turnfsm.core._snapshot import Snapshot
@@ -103,7 +104,7 @@ class _Firing:
         step: Step,
         base: dict[str, Any],
         failure: FailureBuilder | None,
-        reducers: tuple[tuple[Reducer, ...], tuple[Reducer, ...]],
+        reducers: tuple[tuple[_Change, ...], tuple[_Change, ...]],
     ) -> None:
         self.event: TransitionsEvent = machine.events[name]
         self.machine = machine
@@ -135,11 +136,16 @@ class _Firing:
             s = s.replace(**self.base, failure=failure(s, event))
         else:
             s = s.replace(**self.base)
-        for reducer in self.reducers:
-            s = reducer(s, event)
+        # One copy per event: each reducer's changes go into the copy made
+        # above, which no one else holds until it is returned; a reducer
+        # reads it with the changes of those before it, as it would read
+        # the snapshot they returned.
+        fields = s.__dict__
+        for changes in self.reducers:
+            fields.update(changes(s, event))
         model.step = self.step
-        for reducer in self.on_enter:
-            s = reducer(s, event)
+        for changes in self.on_enter:
+            fields.update(changes(s, event))
         return s
 
     def fire(self, model: _Model) -> None:
@@ -272,8 +278,12 @@ class _Compiled:
         }
 
 
-def _reducers(names: tuple[str, ...]) -> tuple[Reducer, ...]:
-    return tuple(REDUCERS[name] for name in names)
+_Change: TypeAlias = Callable[[Snapshot, Event], Changes]
+"""A reducer as the fields it changes (see `CHANGES`)."""
+
+
+def _reducers(names: tuple[str, ...]) -> tuple[_Change, ...]:
+    return tuple(CHANGES[name] for name in names)
 
 
 _COMPILED: dict[int, tuple[weakref.ref[MachineSpec], _Compiled]] = {}
