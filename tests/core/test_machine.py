@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers import (
+    REPO_ROOT,
     calling,
     load_turn_spec,
     machine_at,
@@ -23,6 +25,7 @@ from tests.helpers import (
 )
 from turnfsm.core import (
     GUARDS,
+    REDUCERS,
     Budget,
     CallLLM,
     Compact,
@@ -750,6 +753,45 @@ def test_second_run_started_is_illegal() -> None:
     assert machine.snapshot == snapshot
     with pytest.raises(MachineBroken, match="IllegalEvent"):
         machine.handle(Measured(estimate=1))
+
+
+def test_a_reducer_that_raises_after_another_leaves_the_snapshot_as_it_was() -> None:
+    # The actions of one transition change one copy of the snapshot: when a
+    # later one raises, what the earlier ones changed is thrown away with it.
+    text = (REPO_ROOT / "machines" / "turn.toml").read_text(encoding="utf-8")
+    old = 'actions = ["record_start"]'
+    assert text.count(old) == 1
+    spec = MachineSpec.from_toml(
+        text.replace(old, 'actions = ["count_compaction", "record_start"]')
+    )
+    machine = TurnMachine.start(spec, budget=BUDGET)
+    machine.handle(RunStarted(input=[U]))
+    snapshot = machine.snapshot
+    fields = dict(vars(snapshot))
+
+    with pytest.raises(IllegalEvent) as illegal:
+        machine.handle(RunStarted(input=[user("again")]))
+
+    assert (illegal.value.phase, illegal.value.event) == ("start", "run_started")
+    assert machine.snapshot is snapshot
+    assert vars(snapshot) == fields
+    assert (snapshot.compactions, machine.phase) == (1, "start")
+    with pytest.raises(MachineBroken, match="IllegalEvent"):
+        machine.handle(Measured(estimate=1))
+
+
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_a_reducer_keeps_its_signature_and_its_words(name: str) -> None:
+    # A reducer is the fields it changes applied to a copy; what a user
+    # calls is still ``(snapshot, event) -> Snapshot``, with its own docstring.
+    reducer = REDUCERS[name]
+    signature = inspect.signature(reducer)
+
+    assert list(signature.parameters) == ["s", "e"]
+    assert signature.return_annotation == "Snapshot"
+    assert reducer.__name__ == name
+    assert inspect.getdoc(reducer)
+    assert f"def {name}(" in inspect.getsource(reducer)
 
 
 def test_broken_machine_can_be_replaced_from_its_last_good_snapshot() -> None:

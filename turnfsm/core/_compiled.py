@@ -8,8 +8,9 @@ and the table the brain picks transitions from (see `_machine.py`, Rule 1);
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol, TypeAlias, final
+from typing import Any, TypeAlias, final
 
 import attrs
 from transitions import EventData, Machine, State, Transition
@@ -20,10 +21,10 @@ from turnfsm.core._events import EVENT_TYPES, Event, Signal, trigger_name
 from turnfsm.core._guards import GUARDS, Guard
 from turnfsm.core._lines import CompactReason
 from turnfsm.core._reducers import (
+    CHANGES,
     FAILURES,
-    REDUCERS,
+    Changes,
     FailureBuilder,
-    Reducer,
     record_signal_message,
 )
 from turnfsm.core._snapshot import Snapshot
@@ -61,53 +62,96 @@ class Step:
 class _Model:
     """The object `transitions` moves between states: one per run (internal)."""
 
-    __slots__ = ("data", "event", "snapshot", "state", "step")
+    __slots__ = ("data", "state", "step")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.state = snapshot.phase
-        self.snapshot = snapshot
-        self.event: Event | None = None
         self.step: Step | None = None
         self.data: EventData | None = None
         """The run's `EventData`, filled anew for each firing (see `_Firing`)."""
-
-
-class _Data(Protocol):
-    """What the callbacks read of the `EventData` transitions hands them."""
-
-    model: _Model
 
 
 @final
 class _Firing:
     """One transition of the Machine, fired from the phase it leaves (internal).
 
-    What `Event.trigger` would do for a trigger of this transition alone,
-    minus its look-ups: the brain has picked the transition already (its
-    source is the model's state), so it hands `Transition.execute` the
-    `EventData` that `Event._process` would, and `transitions` runs the
-    callbacks and changes the state. The Machine has no queue and no
-    `prepare_event`, `finalize_event` or `on_exception` callbacks, so
-    nothing the trigger would do is left out.
+    `reduce` is its work on the snapshot, in Rule 2's order; `fire` then
+    moves the model as `Event.trigger` would for a trigger of this
+    transition alone, minus its look-ups: the brain has picked the
+    transition already (its source is the model's state), so it hands
+    `Transition.execute` the `EventData` that `Event._process` would, and
+    `transitions` changes the state. The transitions carry no callbacks and
+    the Machine no queue and no `prepare_event`, `finalize_event` or
+    `on_exception` callbacks, so nothing the trigger would do is left out.
     """
 
-    __slots__ = ("event", "machine", "source", "transition")
+    __slots__ = (
+        "base",
+        "event",
+        "failure",
+        "machine",
+        "on_enter",
+        "reducers",
+        "source",
+        "step",
+        "transition",
+    )
 
-    def __init__(self, machine: Machine, name: str, source: str) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        name: str,
+        step: Step,
+        base: dict[str, Any],
+        failure: FailureBuilder | None,
+        reducers: tuple[tuple[_Change, ...], tuple[_Change, ...]],
+    ) -> None:
         self.event: TransitionsEvent = machine.events[name]
         self.machine = machine
-        self.source: State = machine.get_state(source)
-        self.transition: Transition = self.event.transitions[source][0]
+        self.source: State = machine.get_state(step.source)
+        self.transition: Transition = self.event.transitions[step.source][0]
+        self.step = step
+        self.base = base
+        """The fields the transition sets: the phase, its compaction reason."""
+        self.failure = failure
+        self.reducers, self.on_enter = reducers
+        """Its actions (a signal's message first), its destination's `on_enter`."""
 
     @property
     def name(self) -> str:
         """The transition's trigger of its own (``measured#3``)."""
         return self.event.name
 
-    def fire(self, model: _Model) -> None:
-        """Take `model` along the transition.
+    def reduce(self, model: _Model, s: Snapshot, event: Event) -> Snapshot:
+        """Return the snapshot the transition leaves from `s`.
 
-        A run fires one transition at a time and no callback keeps the
+        Rule 2's order: the phase and the reason or failure, the actions,
+        then the destination's `on_enter`; the step is recorded once the
+        actions passed. The reducers never read the model's state, so they
+        run before `fire` moves it, and a reducer that raises leaves the
+        model where it was.
+        """
+        failure = self.failure
+        if failure is not None:
+            s = s.replace(**self.base, failure=failure(s, event))
+        else:
+            s = s.replace(**self.base)
+        # One copy per event: each reducer's changes go into the copy made
+        # above, which no one else holds until it is returned; a reducer
+        # reads it with the changes of those before it, as it would read
+        # the snapshot they returned.
+        fields = s.__dict__
+        for changes in self.reducers:
+            fields.update(changes(s, event))
+        model.step = self.step
+        for changes in self.on_enter:
+            fields.update(changes(s, event))
+        return s
+
+    def fire(self, model: _Model) -> None:
+        """Move `model` to the transition's destination, by `transitions`.
+
+        A run fires one transition at a time and nothing keeps the
         `EventData`, so each run has one, set as `Event._process` would make
         it anew (its machine and model are the run's own): a third of a
         microsecond less per event than building one.
@@ -150,53 +194,23 @@ def _select(
     return None
 
 
-def _fire(
-    step: Step,
-    base: dict[str, Any],
-    failure: FailureBuilder | None,
-    reducers: tuple[Reducer, ...],
-    on_enter: tuple[Reducer, ...],
-    data: _Data,
-) -> None:
-    """The transition's one callback: its actions, then its destination's `on_enter`.
-
-    Rule 2's order, in one `before` callback rather than a `before` and a
-    state's `on_enter` (each callback `transitions` runs costs a dispatch and
-    a log call). The reducers never read the model's state, so running the
-    `on_enter` reducers before `transitions` moves it gives the same snapshot;
-    the step is recorded once the actions passed, as it was before.
-    """
-    model = data.model
-    event = model.event
-    assert event is not None
-    s = model.snapshot
-    if failure is not None:
-        s = s.replace(**base, failure=failure(s, event))
-    else:
-        s = s.replace(**base)
-    for reducer in reducers:
-        s = reducer(s, event)
-    model.step = step
-    for reducer in on_enter:
-        s = reducer(s, event)
-    model.snapshot = s
-
-
 @final
 class _Compiled:
     """One `MachineSpec` built into a `transitions` Machine, shared by its runs.
 
     Building the Machine is most of what starting a run would cost, so it is
-    built once per spec: its callbacks read the run's `_Model` from the
-    `EventData` (``send_event=True``), and no model is ever registered with
-    it, so runs share nothing but the transition table (internal).
+    built once per spec: no model is ever registered with it (each run's
+    `_Model` travels in the run's own `EventData`), so runs share nothing but
+    the transition table (internal).
     """
 
     __slots__ = ("by_type", "decide", "machine", "messages", "signals", "terminal")
 
     def __init__(self, spec: MachineSpec) -> None:
-        # A phase's `on_enter` reducers run in the callback of each transition
-        # that enters it (see `_fire`): the states carry no callbacks.
+        # The brain runs the reducers (see `_Firing.reduce`) and `transitions`
+        # only changes the state: neither states nor transitions carry
+        # callbacks, a phase's `on_enter` reducers run with each transition
+        # that enters it.
         states = [State(s.name) for s in spec.states]
         entering = {s.name: _reducers(s.on_enter) for s in spec.states}
         machine = Machine(
@@ -241,15 +255,9 @@ class _Compiled:
                     base["compact_reason"] = t.reason
                 # An internal transition (no dest) enters no phase.
                 on_enter = entering[t.dest] if t.dest is not None else ()
-                machine.add_transition(
-                    name,
-                    source,
-                    t.dest,
-                    before=[partial(_fire, step, base, failure, reducers, on_enter)],
-                )
-            by_phase = groups.setdefault(t.trigger, {})
-            for source in t.sources:
-                fire = _Firing(machine, name, source)
+                machine.add_transition(name, source, t.dest)
+                fire = _Firing(machine, name, step, base, failure, (reducers, on_enter))
+                by_phase = groups.setdefault(t.trigger, {})
                 by_phase.setdefault(source, []).append((conditions, unless, fire))
         table: dict[str, _Groups] = {
             trigger: {phase: tuple(c) for phase, c in by_phase.items()}
@@ -270,8 +278,12 @@ class _Compiled:
         }
 
 
-def _reducers(names: tuple[str, ...]) -> tuple[Reducer, ...]:
-    return tuple(REDUCERS[name] for name in names)
+_Change: TypeAlias = Callable[[Snapshot, Event], Changes]
+"""A reducer as the fields it changes (see `CHANGES`)."""
+
+
+def _reducers(names: tuple[str, ...]) -> tuple[_Change, ...]:
+    return tuple(CHANGES[name] for name in names)
 
 
 _COMPILED: dict[int, tuple[weakref.ref[MachineSpec], _Compiled]] = {}

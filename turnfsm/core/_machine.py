@@ -3,23 +3,26 @@
 Theory of operation
 -------------------
 The brain is a pure function of (spec, snapshot, event) wrapped in an object.
-`handle(event)` derives the trigger from the event's class, asks the
-`transitions` Machine built from the spec to fire it, and returns the
+`handle(event)` derives the trigger from the event's class, picks the
+transition it fires, computes the new snapshot, asks the `transitions`
+Machine built from the spec to move the run's state, and returns the
 decision of the phase it lands in. Nothing else moves the machine. The
 Machine is built once per spec and shared by every run on it: each run is a
-small model object that `transitions` hands back to the callbacks in its
-`EventData` (``send_event=True``), never registered with the Machine.
+small model object that travels in its own `EventData`, never registered
+with the Machine.
 
 Rule 1 - transitions are data. Guards, reducers and failure builders are
 looked up by name in fixed tables; the spec validated every name at load
 time, so at run time a (phase, trigger) pair either fires exactly one
 transition (the first whose guards pass; every group ends unconditionally)
 or is not accepted at all (`IllegalEvent`). The guards are pure, so the
-brain evaluates a group itself from a table built once per spec, and fires
-the winner through `transitions` as the trigger of that transition alone
-(``measured#3``) would, by its `Transition.execute`: the state change, the
-callbacks and their order are `transitions`', but no guard is checked twice
-or through its machinery, and no trigger looks up what the brain knows.
+brain evaluates a group itself from a table built once per spec, runs the
+winner's reducers (Rule 2) and fires it through `transitions` as the trigger
+of that transition alone (``measured#3``) would, by its `Transition.execute`:
+the state change is `transitions`', but no guard is checked twice or through
+its machinery, no trigger looks up what the brain knows, and no callback is
+dispatched (the transitions carry none). A reducer that raises stops the
+event before `transitions` moves the state.
 
 Rule 2 - state changes happen in one order: a signal's message, where the
 transition names one (``message = KEY``: `Signal.message` joins pending), then
@@ -223,10 +226,8 @@ class TurnMachine:
             fire = None if candidates is None else _select(candidates, before, event)
             if fire is None:
                 raise IllegalEvent(phase=before.phase, event=trigger_of(event))
-            model.event = event
+            snapshot = fire.reduce(model, before, event)
             fire.fire(model)
-            model.event = None
-            snapshot = model.snapshot
             pending = snapshot.pending
             if snapshot.history is before.history and snapshot.inbox is before.inbox:
                 # The usual event: history and the inbox untouched, pending as
@@ -253,7 +254,6 @@ class TurnMachine:
                 _check_open(left_open, decision, snapshot.phase)
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
-            model.snapshot = before
             model.state = before.phase
             raise
         self._snapshot = snapshot

@@ -2,13 +2,19 @@
 
 A reducer maps (snapshot, event) to the next snapshot; a failure builder
 maps (snapshot, event) to the `Failure` a transition into a fail phase records.
+Each reducer is written as the fields it changes (`CHANGES`): the brain
+applies a transition's base fields and all its reducers' changes to one
+copy of the snapshot, and `REDUCERS` holds each as the function of the
+snapshot that returns the updated copy.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from turnfsm.core._events import (
     CompactionCircuitOpened,
@@ -36,8 +42,10 @@ from turnfsm.messages import MessageLog, Role
 
 __all__ = [
     "ACCEPTS",
+    "CHANGES",
     "FAILURES",
     "REDUCERS",
+    "Changes",
     "FailureBuilder",
     "Reducer",
     "record_signal_message",
@@ -46,43 +54,46 @@ __all__ = [
 Reducer: TypeAlias = Callable[[Snapshot, Event], Snapshot]
 """A pure update of the snapshot."""
 
+Changes: TypeAlias = dict[str, Any]
+"""The fields a reducer changes, by name, with their new values (internal)."""
+
 FailureBuilder: TypeAlias = Callable[[Snapshot, Event], Failure]
 """A pure description of why a run fails."""
 
 
-def record_start(s: Snapshot, e: Event) -> Snapshot:
+def record_start(s: Snapshot, e: Event) -> Changes:
     """Take the run's input as pending.
 
     A second start is a driver bug: `IllegalEvent`.
     """
     if s.is_started or not isinstance(e, RunStarted):
         raise IllegalEvent(phase=s.phase, event=trigger_of(e))
-    return s.replace(pending=s.pending.extend(e.input), is_started=True)
+    return {"pending": s.pending.extend(e.input), "is_started": True}
 
 
-def record_estimate(s: Snapshot, e: Event) -> Snapshot:
+def record_estimate(s: Snapshot, e: Event) -> Changes:
     """Keep the measured size of the next request."""
     assert hasattr(e, "estimate")
-    return s.replace(estimate=e.estimate)
+    return {"estimate": e.estimate}
 
 
-def record_reply(s: Snapshot, e: Event) -> Snapshot:
+def record_reply(s: Snapshot, e: Event) -> Changes:
     """Append the reply to pending and count the turn.
 
     A model call came: the counts of compaction passes and of overflow
     retries in a row start again.
     """
     assert isinstance(e, ModelReplied)
-    return s.replace(
-        pending=s.pending.append(e.message),
-        last_reply=e.message,
-        turns=s.turns + 1,
-        compactions=0,
-        overflow_retries=_overflows_after_a_reply(s),
-    )
+    return {
+        "pending": s.pending.append(e.message),
+        "last_reply": e.message,
+        "turns": s.turns + 1,
+        "compactions": 0,
+        "overflow_retries": _overflows_after_a_reply(s),
+    }
 
 
-def record_rejection(s: Snapshot, e: Event) -> Snapshot:
+def record_rejection(s: Snapshot, e: Event) -> Changes:
     """Append the rejected answer and the re-ask to pending; count turn and retry.
 
     Both are ordinary messages: the model sees what it said and why it was
@@ -90,14 +101,14 @@ def record_rejection(s: Snapshot, e: Event) -> Snapshot:
     overflow retries in a row start again.
     """
     assert isinstance(e, OutputRejected)
-    return s.replace(
-        pending=s.pending.extend((e.message, e.feedback)),
-        last_reply=e.message,
-        turns=s.turns + 1,
-        compactions=0,
-        overflow_retries=_overflows_after_a_reply(s),
-        output_retries=s.output_retries + 1,
-    )
+    return {
+        "pending": s.pending.extend((e.message, e.feedback)),
+        "last_reply": e.message,
+        "turns": s.turns + 1,
+        "compactions": 0,
+        "overflow_retries": _overflows_after_a_reply(s),
+        "output_retries": s.output_retries + 1,
+    }
 
 
 def _overflows_after_a_reply(s: Snapshot) -> int:
@@ -105,19 +116,19 @@ def _overflows_after_a_reply(s: Snapshot) -> int:
     return 0 if s.overflow_retries_in_a_row else s.overflow_retries
 
 
-def record_results(s: Snapshot, e: Event) -> Snapshot:
+def record_results(s: Snapshot, e: Event) -> Changes:
     """Append the tool results to pending."""
     assert isinstance(e, ToolsFinished)
-    return s.replace(pending=s.pending.extend(e.results))
+    return {"pending": s.pending.extend(e.results)}
 
 
-def record_review(s: Snapshot, e: Event) -> Snapshot:
+def record_review(s: Snapshot, e: Event) -> Changes:
     """Append the reviewer's results (the rejected calls' answers) to pending."""
     assert isinstance(e, ToolCallsReviewed)
-    return s.replace(pending=s.pending.extend(e.results))
+    return {"pending": s.pending.extend(e.results)}
 
 
-def record_signal_message(key: str, s: Snapshot, e: Event) -> Snapshot:
+def record_signal_message(key: str, s: Snapshot, e: Event) -> Changes:
     """Append the signal's message, its data at `key`, to pending.
 
     A transition's ``message = KEY`` runs this before its actions. The
@@ -137,7 +148,7 @@ def record_signal_message(key: str, s: Snapshot, e: Event) -> Snapshot:
             "a signal's message must be a user message without tool calls or "
             "tool results",
         )
-    return s.replace(pending=s.pending.append(message))
+    return {"pending": s.pending.append(message)}
 
 
 def _unsaid(key: str, e: Signal) -> str:
@@ -154,79 +165,79 @@ def _unsaid(key: str, e: Signal) -> str:
     )
 
 
-def record_compaction(s: Snapshot, e: Event) -> Snapshot:
+def record_compaction(s: Snapshot, e: Event) -> Changes:
     """Replace history with the compacted messages and clear pending: a commit.
 
     The message-count and threshold lines count again on the new conversation.
     """
     assert isinstance(e, CompactionResult)
-    return s.replace(
-        history=MessageLog(e.messages),
-        pending=MessageLog(),
-        estimate=e.after,
-        message_line_spent=False,
-        threshold_line_spent=False,
-    )
+    return {
+        "history": MessageLog(e.messages),
+        "pending": MessageLog(),
+        "estimate": e.after,
+        "message_line_spent": False,
+        "threshold_line_spent": False,
+    }
 
 
-def spend_message_line(s: Snapshot, e: Event) -> Snapshot:
+def spend_message_line(s: Snapshot, e: Event) -> Changes:
     """Turn the message-count line off until the next commit (its pass did nothing)."""
-    return s.replace(message_line_spent=True)
+    return {"message_line_spent": True}
 
 
-def spend_threshold_line(s: Snapshot, e: Event) -> Snapshot:
+def spend_threshold_line(s: Snapshot, e: Event) -> Changes:
     """Turn the threshold line off until the next commit (its pass saved nothing).
 
     A threshold pass could not shrink a request that fits: until the next
     commit the threshold line starts no pass; the emergency line still does.
     """
-    return s.replace(threshold_line_spent=True)
+    return {"threshold_line_spent": True}
 
 
-def record_noop(s: Snapshot, e: Event) -> Snapshot:
+def record_noop(s: Snapshot, e: Event) -> Changes:
     """Refresh the estimate only; the messages stay as they are."""
     assert isinstance(e, CompactionNoop)
-    return s.replace(estimate=e.after)
+    return {"estimate": e.after}
 
 
-def count_overflow(s: Snapshot, e: Event) -> Snapshot:
+def count_overflow(s: Snapshot, e: Event) -> Changes:
     """Spend one overflow retry (a reply starts the count again); keep the refusal.
 
     The refusal is kept for a pass that stalls, to quote.
     """
     overflow = e.error if isinstance(e, ContextOverflowed) else None
-    return s.replace(overflow_retries=s.overflow_retries + 1, overflow=overflow)
+    return {"overflow_retries": s.overflow_retries + 1, "overflow": overflow}
 
 
-def count_compaction(s: Snapshot, e: Event) -> Snapshot:
+def count_compaction(s: Snapshot, e: Event) -> Changes:
     """Count one compaction pass (since the last model call)."""
-    return s.replace(compactions=s.compactions + 1)
+    return {"compactions": s.compactions + 1}
 
 
-def record_injection(s: Snapshot, e: Event) -> Snapshot:
+def record_injection(s: Snapshot, e: Event) -> Changes:
     """Queue an injected message in the inbox (`flush_inbox` moves it on)."""
     assert isinstance(e, MessageInjected)
-    return s.replace(inbox=(*s.inbox, e.message))
+    return {"inbox": (*s.inbox, e.message)}
 
 
-def flush_inbox(s: Snapshot, e: Event) -> Snapshot:
+def flush_inbox(s: Snapshot, e: Event) -> Changes:
     """Move the queued messages into pending; the machine file says where."""
     if not s.inbox:
-        return s
-    return s.replace(pending=s.pending.extend(s.inbox), inbox=())
+        return {}
+    return {"pending": s.pending.extend(s.inbox), "inbox": ()}
 
 
-def commit_pending(s: Snapshot, e: Event) -> Snapshot:
+def commit_pending(s: Snapshot, e: Event) -> Changes:
     """Append pending to history (a run that succeeds)."""
-    return s.replace(history=s.history.extend(s.pending), pending=MessageLog())
+    return {"history": s.history.extend(s.pending), "pending": MessageLog()}
 
 
-def discard_pending(s: Snapshot, e: Event) -> Snapshot:
+def discard_pending(s: Snapshot, e: Event) -> Changes:
     """Drop pending and the inbox (a run that fails leaves no trace in history)."""
-    return s.replace(pending=MessageLog(), inbox=())
+    return {"pending": MessageLog(), "inbox": ()}
 
 
-REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
+CHANGES: Final[Mapping[str, Callable[[Snapshot, Event], Changes]]] = MappingProxyType(
     {
         "commit_pending": commit_pending,
         "count_compaction": count_compaction,
@@ -245,6 +256,34 @@ REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
         "record_review": record_review,
         "record_start": record_start,
     }
+)
+"""Reducer name -> the fields it changes, given the snapshot and the event."""
+
+
+def _reducer(changes: Callable[[Snapshot, Event], Changes]) -> Reducer:
+    """The reducer that applies `changes` to a copy of the snapshot.
+
+    It bears the name, the docstring and the source of `changes`, and its
+    own signature: a `Reducer`'s, ``(s, e) -> Snapshot``.
+    """
+
+    def reduce(s: Snapshot, e: Event) -> Snapshot:
+        fields = changes(s, e)
+        return s.replace(**fields) if fields else s
+
+    signature = inspect.signature(reduce)
+    functools.update_wrapper(reduce, changes, assigned=_NAMED)
+    reduce.__signature__ = signature  # type: ignore[attr-defined]
+    return reduce
+
+
+_NAMED: Final = ("__module__", "__name__", "__qualname__", "__doc__")
+"""What a reducer takes from its changes (`functools.WRAPPER_ASSIGNMENTS`
+but its annotations)."""
+
+
+REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
+    {name: _reducer(changes) for name, changes in CHANGES.items()}
 )
 """Reducer name -> pure update; the only names a machine file may use."""
 
