@@ -580,6 +580,8 @@ class _OneOf:
             ok = value in self.options
         except TypeError:  # an unhashable value
             ok = False
+        if ok and type(value) is float:  # 1.0 == 1: a number is of its option's type
+            ok = any(type(o) is float and o == value for o in self.options)
         if not ok or isinstance(value, bool):
             raise ConfigError(_name(self._name, attr), value, self._text)
 
