@@ -250,8 +250,10 @@ class TurnMachine:
             else:
                 left_open = self._checked(before, snapshot)
             decision = compiled.decide[snapshot.phase](snapshot, left_open)
-            if left_open.ids and type(decision) in _SENDS_ON:  # decisions are final
-                _check_open(left_open, decision, snapshot.phase)
+            # Rule 4: no call may stay open when the conversation is sent on
+            # (decisions are final classes: their type says it).
+            if left_open.ids and type(decision) in _SENDS_ON:
+                _unanswered(left_open, snapshot.phase, _SENDS_ON[type(decision)])
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             model.state = before.phase
@@ -364,17 +366,6 @@ def _kept(before: Sequence[Message], after: Sequence[Message]) -> int | None:
     if len(after) < n or (n and after[n - 1] is not before[n - 1]):
         return None
     return n
-
-
-def _check_open(left_open: OpenCalls, decision: Decision, phase: str) -> None:
-    """Rule 4: no call may stay open when the conversation is sent on.
-
-    Raises:
-        InvalidMessage: a call has no result (`field` is ``tool_call.id``,
-            `value` its id); the reason names the phase that would send it on.
-    """
-    if left_open.ids and isinstance(decision, CallLLM | Compact | Finish):
-        _unanswered(left_open, phase, _SENDS_ON.get(type(decision), "go on"))
 
 
 def _unanswered(calls: OpenCalls, phase: str, doing: str) -> NoReturn:

@@ -61,7 +61,7 @@ class TransitionReader(ProblemLog):
     wrote it (a name listed twice, refused in files now, is kept)."""
 
     def _str_list(self, value: Any, where: str, at: Path) -> list[str]:
-        if type(value) is str:
+        if isinstance(value, str):
             return [value]
         if (
             type(value) is list
@@ -69,8 +69,6 @@ class TransitionReader(ProblemLog):
             and len(set(value)) == len(value)
         ):
             return list(value)  # the usual list: distinct names
-        if isinstance(value, str):
-            value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             self.problem(
                 f"{where} must be a string or a list of strings, got {value!r}",
@@ -176,9 +174,6 @@ class TransitionReader(ProblemLog):
         self, written: Any, where: str, at: Path, signals: set[str]
     ) -> str | None:
         """Check a transition's trigger; return it as read."""
-        if type(written) is str and (written in BUILTIN_TRIGGERS or written in signals):
-            return written
-        triggers = BUILTIN_TRIGGERS | signals
         if written is None:
             self.problem(f"{where}: trigger is missing", at)
             return None
@@ -190,13 +185,15 @@ class TransitionReader(ProblemLog):
                 written,
             )
             return None
-        if not isinstance(written, str) or written not in triggers:
-            self.problem(
-                f"{where}: unknown trigger {written!r} (declare it in signals)",
-                (*at, "trigger"),
-                written,
-                triggers,
-            )
+        if written in BUILTIN_TRIGGERS or written in signals:
+            return written
+        triggers = BUILTIN_TRIGGERS | signals
+        self.problem(
+            f"{where}: unknown trigger {written!r} (declare it in signals)",
+            (*at, "trigger"),
+            written,
+            triggers,
+        )
         return self.resolved(written, triggers)
 
     def _message(
