@@ -146,15 +146,31 @@ async def test_a_release_that_never_returns_leaves_the_run_done() -> None:
 
 
 async def test_a_renewal_that_never_returns_is_tried_again() -> None:
-    store = Stalls({"renew_lease": {1}})
+    @attrs.define
+    class Retries(Stalls):
+        """Stalls the renewal numbered `stalled`; `retried` once another is sent."""
+
+        stalled: int = 0
+        retried: anyio.Event = attrs.field(factory=anyio.Event)
+
+        async def _call(self, method: str) -> None:
+            if method == "renew_lease" and self.calls.get(method, 0) >= self.stalled:
+                self.retried.set()
+            await super()._call(method)
+
+    store = Retries({}, stalled=10**6)
 
     async def slow(x: int) -> int:
-        """Add one, slowly.
+        """Add one, once the lease's renewal after a stalled one was sent.
 
         Args:
             x: the number.
         """
-        await anyio.sleep(6 * LIMIT)
+        # The next renewal is the background's (nothing is written while a
+        # tool runs): it never returns, and the one after it is tried.
+        store.stalled = store.calls.get("renew_lease", 0) + 1
+        store.stalling["renew_lease"] = {store.stalled}
+        await store.retried.wait()
         return x + 1
 
     agent = Agent(
@@ -162,12 +178,14 @@ async def test_a_renewal_that_never_returns_is_tried_again() -> None:
         tools=[slow],
         store=store,  # type: ignore[arg-type]  # a store of yours
         store_timeout=LIMIT,
-        lease_ttl=3 * LIMIT,
+        # Renewed every 2 * LIMIT: the stalled renewal is given up, and the
+        # next one sent, before the lease runs out.
+        lease_ttl=6 * LIMIT,
     )
     with anyio.fail_after(10):
         result = await agent.run("one plus one?")
     assert (result.outcome, result.text) == ("done", "two")
-    assert store.calls["renew_lease"] >= 2
+    assert store.calls["renew_lease"] > store.stalled
 
 
 async def test_a_write_that_shields_itself_and_answers_late_is_kept() -> None:
