@@ -27,6 +27,10 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import (
+    SandboxedWorkflowRunner,
+    SandboxRestrictions,
+)
 
 from tests.helpers import approval_toml
 from turnfsm import (
@@ -66,6 +70,7 @@ from turnfsm.persistence import (
 )
 from turnfsm.providers import ModelRequest
 from turnfsm.temporal import (
+    PASSTHROUGH,
     DurableOptions,
     DurableRun,
     TurnWorkflow,
@@ -195,6 +200,54 @@ async def test_hooks_hear_each_step_once_when_every_task_replays(
     assert result.ok
     assert durable_hook.calls == local_hook.calls
     assert [c for c in durable_hook.calls if c[0] == "on_compaction_pass"]
+
+
+class Audit(Hook):
+    """Appends each run's outcome to a file, as an audit trail would."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_run_end(self, info: RunEndInfo) -> None:
+        with open(self.path, "a", encoding="utf-8") as trail:
+            trail.write(f"{info.run_id} {info.outcome}\n")
+
+
+async def test_a_hook_in_the_workflow_may_write_a_file(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Observing hooks run in the workflow, once per step (never on replay):
+    # Temporal's sandbox forbade them open(), and the run crashed.
+    trail = tmp_path / "audit.txt"
+    agent = build_demo_agent(io.StringIO(), store=SQLiteStore(tmp_path / "a.db"))
+    agent.driver = attrs.evolve(agent.driver, hooks=[*agent.driver.hooks, Audit(trail)])
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(agent, TASK, client=temporal_client, task_queue=queue)
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.ok
+    assert trail.read_text(encoding="utf-8") == f"{result.run_id} done\n"
+    await _replays(history)
+    assert trail.read_text(encoding="utf-8") == f"{result.run_id} done\n"
+
+
+async def test_a_worker_in_temporals_sandbox_runs_durable_runs_too(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    sandbox = SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+    )
+    local = build_demo_agent(io.StringIO(), store=MemoryStore())
+    expected = await local.run(TASK)
+    agent = build_demo_agent(io.StringIO(), store=SQLiteStore(tmp_path / "s.db"))
+    queue = _queue()
+    async with create_worker(temporal_client, queue, agent, workflow_runner=sandbox):
+        run = await start_durable(agent, TASK, client=temporal_client, task_queue=queue)
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert (result.outcome, result.text) == (expected.outcome, expected.text)
+    replayer = Replayer(workflows=[TurnWorkflow], workflow_runner=sandbox)
+    await replayer.replay_workflow(history)
 
 
 async def test_two_workers_on_one_postgres_store_serve_many_sessions(

@@ -6,11 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import (
-    SandboxedWorkflowRunner,
-    SandboxRestrictions,
-)
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 
 from turnfsm.agent import Agent
 from turnfsm.errors import ConfigError
@@ -35,6 +31,8 @@ PASSTHROUGH = (
 )
 """Modules a workflow imports from the worker's process, not anew per run.
 
+For a worker you run in Temporal's sandbox (see `workflow_runner`):
+``SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)``.
 turnfsm's brain is pure (its determinism is tested apart); importing it
 once keeps each workflow run cheap. The agent's own modules (its tools,
 model, hooks) live in the process that registered it: workflows find the
@@ -42,11 +40,24 @@ agent by name (`register`), they never import it.
 """
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
-    """Temporal's sandbox, with turnfsm and its dependencies passed through."""
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
-    )
+def workflow_runner() -> WorkflowRunner:
+    """The runner `create_worker` runs workflows on: Temporal's unsandboxed one.
+
+    A durable run's workflow runs turnfsm's own code and the agent's hooks,
+    which the worker's process built before any workflow ran: Temporal's
+    sandbox would re-import none of it (it passes `PASSTHROUGH` through),
+    so it would guard nothing, yet it forbids ``open`` and ``input`` to
+    every observing hook (a hook appending to a file crashed the run) and
+    makes the workflow's side of a run cost about 1.7 times the CPU time.
+    Replay a run's history (`temporalio.worker.Replayer`) on this runner, as
+    its workers ran it.
+
+    To run in the sandbox all the same, pass ``workflow_runner=``
+    ``SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default``
+    ``.with_passthrough_modules(*PASSTHROUGH))`` to `create_worker`; hooks
+    called in the workflow may then open no files.
+    """
+    return UnsandboxedWorkflowRunner()
 
 
 def create_worker(
@@ -61,7 +72,8 @@ def create_worker(
     built the same way: a workflow started on one worker may go on in
     another. While a deploy adds a tool, a worker without it leaves the
     tool's calls to the workers that have it (for 20 times
-    `DurableOptions.retry_max`). `options` go to `temporalio.worker.Worker`.
+    `DurableOptions.retry_max`). `options` go to `temporalio.worker.Worker`;
+    its workflows run on `workflow_runner()` unless `options` name another.
 
     Raises:
         ConfigError: `agents` is empty or two of them share a name, or
