@@ -49,6 +49,7 @@ from turnfsm.tokens import TokenCounter
 from turnfsm.values import Usage
 
 __all__ = [
+    "UNUSED",
     "Audit",
     "committed",
     "compaction_record",
@@ -185,8 +186,8 @@ def summaries(
     ]
 
 
-_UNUSED: Final = Usage()
-"""Nothing used yet: a run's tallies start here (a frozen value, shared)."""
+UNUSED: Final = Usage()
+"""Nothing used yet: a run's tallies and a child tally start here (frozen: shared)."""
 
 
 class Audit:
@@ -212,13 +213,13 @@ class Audit:
         self.hooks = hooks
         self.manager = manager
         self.clock = clock
-        self.usage = _UNUSED  # the agent's own model calls
+        self.usage = UNUSED  # the agent's own model calls
         self.reported_calls = 0  # those of them the provider reported usage for
         self.prices = prices
         self.cost: float | None = None if prices is None else 0.0
         """What the agent's own model calls cost, in US dollars (None: no
         prices, or a reply whose usage the provider did not report)."""
-        self.compaction_usage = _UNUSED  # the passes' summary calls
+        self.compaction_usage = UNUSED  # the passes' summary calls
         self.reported: Reported | None = None  # the provider's count of the last call
         self._context: tuple[MessageLog, MessageLog] | None = None
         # The context settings the run's ratio is looked up by, made once.

@@ -55,7 +55,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.driver._arguments import InvalidArguments, Problem
-from turnfsm.driver._audit import logged_cost
+from turnfsm.driver._audit import UNUSED, logged_cost
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
@@ -125,7 +125,7 @@ class ChildTally:
 
     run_id: str
     control: RunControl | None = None
-    usage: Usage = attrs.field(default=Usage())  # frozen: one for every tally
+    usage: Usage = UNUSED
     cost: float | None = 0.0
     """What the children's model calls cost (None: one had no prices)."""
     taken_over: str | None = None
