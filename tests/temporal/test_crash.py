@@ -9,8 +9,10 @@ the kills land mid-run: mid-model, mid-tool, mid-compaction, mid-append or
 between effects), kills it with SIGKILL and hands over to the next, until
 ``TURNFSM_TEMPORAL_CRASH_KILLS`` kills (default 30, 3 under the ``dev``
 hypothesis profile) are spent; a last worker then runs unkilled until the
-last task completes. Tasks are started while kills remain (at least
-`MIN_TASKS`), so the kills never run out of work.
+last task completes. The same again with the steps as local activities
+(``TURNFSM_TEMPORAL_CRASH_LOCAL_KILLS``, default 15). Tasks are started
+while kills remain (at least `MIN_TASKS`), so the kills never run out of
+work.
 
 Then:
 
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 pytest.importorskip("temporalio")
@@ -82,6 +85,17 @@ MAX_DELAY = 1.2  # seconds a worker may work, from its first activity
 # keeps its default of 60 s, which a kill must never wait out).
 OPTIONS = DurableOptions(
     heartbeat_timeout=2, retry_initial=0.2, retry_max=1, task_timeout=2
+)
+# The same runs with their steps as local activities: a kill loses the
+# steps of the worker's unfinished workflow task, which the next one runs
+# again (the log is written only from finished tasks).
+LOCAL = attrs.evolve(OPTIONS, local_activities=True)
+# A workflow task of local activities is kept only once it ends, or at its
+# heartbeat (80 % of task_timeout): a worker killed sooner each time would
+# leave every run where it was, so the kills come later.
+LOCAL_MAX_DELAY = 4.0
+LOCAL_KILLS = int(
+    os.environ.get("TURNFSM_TEMPORAL_CRASH_LOCAL_KILLS", sized(15, dev=3))
 )
 START_TIMEOUT = 60.0  # seconds a worker may take to import and connect
 STUCK_TIMEOUT = 30.0  # seconds a worker may wait for its first activity
@@ -262,21 +276,25 @@ class Workers:
 
 
 async def kill_loop(
-    workers: Workers, rng: random.Random, finished: anyio.Event
+    workers: Workers,
+    rng: random.Random,
+    finished: anyio.Event,
+    kills: int,
+    max_delay: float,
 ) -> None:
-    """Kill `KILLS` workers mid-run, then let the last one finish the tasks."""
+    """Kill `kills` workers mid-run, then let the last one finish the tasks."""
     tally = workers.tally
     current = await workers.spawn()
     while True:
         proc, lines, n = current
-        if tally.kills >= KILLS:
+        if tally.kills >= kills:
             await workers.go(proc, lines, n)
             await finished.wait()
             return
         standby = await workers.spawn()  # imports while `current` works
         await workers.go(proc, lines, n)
         await workers.first_activity(n)
-        await anyio.sleep(rng.uniform(0.0, MAX_DELAY))
+        await anyio.sleep(rng.uniform(0.0, max_delay))
         await workers.kill(proc)
         tally.kills += 1
         tally.phases[in_flight(workers.paths(n)[0].read_text().splitlines())] += 1
@@ -284,7 +302,13 @@ async def kill_loop(
 
 
 async def run_tasks(
-    client: Client, queue: str, session_id: str, tally: Tally, finished: anyio.Event
+    client: Client,
+    queue: str,
+    session_id: str,
+    tally: Tally,
+    finished: anyio.Event,
+    options: DurableOptions,
+    kills: int,
 ) -> list[tuple[DurableRun, RunResult[Any]]]:
     """Start the tasks one after another while kills remain (at least MIN_TASKS)."""
     # The client's agent: the workers' own, by name; it only starts runs here
@@ -294,14 +318,14 @@ async def run_tasks(
     )
     register([agent], task_queue=f"{queue}-replay")
     runs = []
-    while tally.tasks < MIN_TASKS or tally.kills < KILLS:
+    while tally.tasks < MIN_TASKS or tally.kills < kills:
         run = await start_durable(
             agent,
             script.task_input(tally.tasks),
             client=client,
             task_queue=queue,
             session_id=session_id,
-            options=OPTIONS,
+            options=options,
         )
         with anyio.move_on_after(TASK_TIMEOUT) as waiting:
             result = await run.result()
@@ -366,9 +390,15 @@ async def check_workflows(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("steps", ["activities", "local activities"])
 async def test_durable_runs_survive_sigkill(
-    temporal_address: str, tmp_path: Path
+    temporal_address: str, tmp_path: Path, steps: str
 ) -> None:
+    options, kills, delay = (
+        (OPTIONS, KILLS, MAX_DELAY)
+        if steps == "activities"
+        else (LOCAL, LOCAL_KILLS, LOCAL_MAX_DELAY)
+    )
     client = await Client.connect(temporal_address)
     queue = f"crash-{os.getpid()}-{time.monotonic_ns()}"
     session_id = f"ses_{queue.replace('-', '')}"
@@ -380,13 +410,17 @@ async def test_durable_runs_survive_sigkill(
     started = time.perf_counter()
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(kill_loop, workers, random.Random(SEED), finished)
-            runs = await run_tasks(client, queue, session_id, tally, finished)
+            group.start_soon(
+                kill_loop, workers, random.Random(SEED), finished, kills, delay
+            )
+            runs = await run_tasks(
+                client, queue, session_id, tally, finished, options, kills
+            )
     finally:
         with anyio.CancelScope(shield=True):
             await workers.stop_all()
     tally.seconds = time.perf_counter() - started
-    assert tally.kills == KILLS
+    assert tally.kills == kills
 
     # Every workflow completed, done, with the uninterrupted run's answer.
     reference = await _reference(tmp_path, tally.tasks)

@@ -83,6 +83,7 @@ __all__ = [
     "ACTIVITIES",
     "CRASHED",
     "NOT_SERVED",
+    "STOPPING",
     "TRANSIENT",
     "TURNFSM_ERROR",
     "agent_named",
@@ -106,6 +107,10 @@ logger = logging.getLogger("turnfsm.driver")
 
 CRASHED: Final = "turnfsm.crashed"
 """An `ApplicationError` type: an effect raised (a bug; not retried)."""
+
+STOPPING: Final = "turnfsm.stopping"
+"""An `ApplicationError` type: a local activity's worker is stopping (not
+retried: its workflow task goes to another worker)."""
 
 _ONE_ATTEMPT: Final = RetryPolicy(max_attempts=1)
 
@@ -603,7 +608,11 @@ async def _once(
     work out again.
     """
     info = activity.info()
-    key = (info.workflow_id or "", info.activity_id)
+    # A local activity's ids are counted apart from the server's.
+    key = (
+        info.workflow_id or "",
+        ("local:" if info.is_local else "") + info.activity_id,
+    )
     # Kept for every later attempt: one scheduled while the loop was held
     # times out too (its heartbeat clock runs before it reaches Python).
     earlier = _HELD.get(key) or _RUNNING.get(key)
@@ -614,6 +623,8 @@ async def _once(
     task.add_done_callback(_seen)
     _RUNNING[key] = task
     try:
+        if info.is_local:
+            await _unless_stopping(task)
         data = await asyncio.shield(task)
     except asyncio.CancelledError:
         beat.tick()
@@ -628,6 +639,25 @@ async def _once(
     if beat.lapsed:  # Temporal carries it out again: it takes this answer
         _keep_for_retry(key, task, what, beat)
     return data
+
+
+async def _unless_stopping(task: asyncio.Future[Any]) -> None:
+    """Wait for `task`, unless the worker stops first: then cancel it and fail.
+
+    A local activity keeps its worker's workflow task open, and a worker
+    stopping waits for it (Temporal does not cancel it). It fails, not
+    retried, for the workflow to abandon its task to another worker.
+    """
+    stopping = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not task.done():
+        task.cancel()
+        raise ApplicationError(
+            "the worker is stopping", type=STOPPING, non_retryable=True
+        )
 
 
 def _timed_out() -> bool:

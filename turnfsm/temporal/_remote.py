@@ -22,6 +22,7 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     ChildWorkflowError,
+    FailureError,
     WorkflowAlreadyStartedError,
 )
 from temporalio.exceptions import CancelledError as TemporalCancelled
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         EffectContext,
         PhaseDelegation,
         RunResult,
+        StepAbandoned,
         child_ids,
         effect_key,
     )
@@ -69,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from turnfsm.temporal._activities import (
         CRASHED,
+        STOPPING,
         TRANSIENT,
         TURNFSM_ERROR,
         append_log,
@@ -151,12 +154,20 @@ class _WorkflowLog:
 
     `append` keeps the entries; the next activity carries them (`take`) and
     writes them before its effect starts; `flush` writes them on their own.
+
+    A local activity carries only the entries of finished workflow tasks:
+    its own result, and so what the loop logs from it, reaches the history
+    when the task it runs in ends. A store ahead of the history would hold
+    a step that a worker dying meanwhile runs again, and answers otherwise.
+    An activity the server schedules starts after the task that scheduled
+    it ended: it may carry everything.
     """
 
     def __init__(self, spec: RunSpec) -> None:
         self._spec = spec
         self._written = 0  # the store's version, as far as the workflow knows
         self._pending: list[Entry] = []
+        self._tasks: list[int] = []  # each pending entry's workflow task
 
     def options(self) -> dict[str, Any]:
         """How a log activity is scheduled."""
@@ -200,20 +211,30 @@ class _WorkflowLog:
                 session_id=session_id, expected=expected_version, actual=version
             )
         self._pending.extend(entries)
+        task = _task() if self._spec.options.local_activities else 0
+        self._tasks.extend([task] * len(entries))
         return version + len(entries)
 
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
         raise ConfigError("store", "the workflow's log", "a store that lists sessions")
 
-    def take(self, budget: int | None = None) -> dict[str, Any] | None:
+    def take(
+        self, budget: int | None = None, *, finished: bool = False
+    ) -> dict[str, Any] | None:
         """The entries not yet written, for the next activity to write first.
 
         With `budget`, the first of them whose JSON takes at most that many
-        bytes (at least one): what one activity's input can carry.
+        bytes (at least one): what one activity's input can carry. With
+        `finished`, only those made in workflow tasks that have ended (for
+        a local activity).
         """
-        if not self._pending:
+        pending = self._pending
+        if finished:
+            task = _task()
+            pending = pending[: sum(1 for t in self._tasks if t < task)]
+        if not pending:
             return None
-        entries = [serde.envelope(e) for e in self._pending]
+        entries = [serde.envelope(e) for e in pending]
         if budget is not None:
             del entries[fitting(entries, budget) :]
         return {"entries": entries, "version": self._written}
@@ -223,6 +244,7 @@ class _WorkflowLog:
         if log:
             count = len(log["entries"])
             del self._pending[:count]
+            del self._tasks[:count]
             self._written += count
 
     def request(self, log: dict[str, Any]) -> dict[str, Any]:
@@ -260,6 +282,26 @@ class _WorkflowLog:
                     raise serde.error_from_json(cause.details[0]) from None
                 raise
             self.done(log)
+
+
+_ABANDONED: Final = (
+    "this worker is stopping mid-step: the workflow task goes to another "
+    "worker, which carries the step out again"
+)
+
+
+def _stopping(failure: BaseException | None) -> bool:
+    """Whether a local activity failed because its worker is stopping."""
+    return isinstance(failure, ApplicationError) and failure.type == STOPPING
+
+
+def _task() -> int:
+    """The workflow task running: the history's length when it began.
+
+    It grows with every task (each adds its own events), and a task's local
+    activities add theirs only when it ends.
+    """
+    return workflow.info().get_current_history_length()
 
 
 _ENVELOPE: Final = 4096
@@ -384,10 +426,41 @@ class _Remote:
             limit=self.spec.options.payload_limit,
         )
 
+    @property
+    def local(self) -> bool:
+        """Whether effects and tool calls run as local activities."""
+        return self.spec.options.local_activities
+
     async def _run(self, activity: Any, request: Any, **options: Any) -> Any:
         return await self._track(
             workflow.execute_activity(activity, request, **options)
         )
+
+    async def _step(self, activity: Any, request: Any, **options: Any) -> Any:
+        """Run an effect's or a tool call's activity: local, if the run says so."""
+        if not self.local:
+            return await self._run(activity, request, **options)
+        del options["heartbeat_timeout"]  # a local activity sends none
+        try:
+            return await self._track(
+                workflow.execute_local_activity(activity, request, **options)
+            )
+        except ActivityError as exc:
+            if _stopping(exc.cause):
+                raise StepAbandoned(_ABANDONED) from None
+            raise
+        except FailureError as exc:  # its failure itself: as an activity's
+            if _stopping(exc):
+                raise StepAbandoned(_ABANDONED) from None
+            raise ActivityError(
+                str(exc),
+                scheduled_event_id=0,
+                started_event_id=0,
+                identity="",
+                activity_type=getattr(activity, "__name__", ""),
+                activity_id="",
+                retry_state=None,
+            ) from exc
 
     async def _track(self, work: Awaitable[Any]) -> Any:
         """Await `work` as a task a ``cancel`` signal cancels."""
@@ -438,7 +511,12 @@ class _Remote:
             request = self._request(ctx)
             request["key"] = key
             request["payload_limit"] = self.spec.options.payload_limit
-            request["log"] = log = self.log.take()
+            if self.local and self._started == 1:
+                try:  # the lease, and the run's opening, before its first step
+                    await self._track(self.log.flush())
+                except ActivityError as exc:
+                    return self._failed(exc, decision)
+            request["log"] = log = self.log.take(finished=self.local)
             if not self._fits(ctx, request):
                 try:  # the log on its own first (in parts), then the step
                     await self._track(self.log.flush())
@@ -448,7 +526,7 @@ class _Remote:
                 if not self._fits(ctx, request):
                     raise self._too_large(key, request)
             try:
-                data = await self._run(
+                data = await self._step(
                     run_effect,
                     request,
                     summary=_summary(decision),
@@ -534,21 +612,29 @@ class _Remote:
             "turn": ctx.turn,
             "result_limit": limit // 2,
         }
-        log = self.log.take()
-        if log is not None and (
-            plans != [None]
-            or payload_size({**request, "call": serde.to_json(calls[0]), "log": log})
-            > limit
+        log = self.log.take(finished=self.local)
+        children = any(plan is not None for plan in plans)
+        if (self.local and children) or (
+            log is not None
+            and (
+                plans != [None]
+                or payload_size(
+                    {**request, "call": serde.to_json(calls[0]), "log": log}
+                )
+                > limit
+            )
         ):
             # The log rides with a lone tool activity (when both fit in
             # one payload: the log holds the reply, and so the call, too);
             # otherwise it is written first, in parts: one writer, not the
             # calls racing, and a child's run is linked to what its
-            # parent's log holds.
-            try:
-                await self._track(self.log.flush())
-            except ActivityError as exc:
-                return self._failed(exc, decision)
+            # parent's log holds. Local activities leave it to the next
+            # step but for a child: writing it ends the workflow task.
+            if not self.local or children:
+                try:
+                    await self._track(self.log.flush())
+                except ActivityError as exc:
+                    return self._failed(exc, decision)
             log = None
         schedule = self._schedule("run_tools")
 
@@ -557,11 +643,11 @@ class _Remote:
             if plan is not None:  # heard by the hooks here: no activity has it
                 return await self._observed(ctx, call, plan)
             asked = {**request, "call": serde.to_json(call), "log": log}
-            if call.name in ctx.run.tools:
+            if call.name in ctx.run.tools and not self.local:
                 # Not this run's worker's to say it has no such tool: the
                 # call waits for a worker that has it (another build's).
                 asked["wait_for_tool"] = _TOOL_WAIT * self.spec.options.retry_max
-            data = await self._run(
+            data = await self._step(
                 run_tool,
                 asked,
                 summary=f"tool {call.name} ({call.id})",

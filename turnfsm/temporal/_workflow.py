@@ -23,7 +23,13 @@ outside world themselves:
   store (`_WorkflowLog`, in `turnfsm.temporal._remote`) that keeps what
   the loop appends until the next activity carries it to the real store,
   before its effect starts; a pause, the end of the run and a batch of
-  several tool calls write it first with ``turnfsm.append``.
+  several tool calls write it first with ``turnfsm.append``;
+- with `DurableOptions.local_activities`, the effects and tool calls run as
+  local activities, in this worker, inside the workflow task; each carries
+  only the log of workflow tasks that have ended (their results are in the
+  history), the run's first step writes the log first, and a worker that
+  stops mid-step fails its workflow task (`StepAbandoned`) for another
+  worker to carry the step out again.
 
 So the brain, the machine file, the audit trail, the hooks and the stores
 are those of an in-process run; the workflow's history is the journal of
@@ -84,6 +90,7 @@ with workflow.unsafe.imports_passed_through():
         Driver,
         RunControl,
         RunResult,
+        StepAbandoned,
         injection_refusal,
         missing_tools,
     )
@@ -331,8 +338,8 @@ class TurnWorkflow:
                 await driver.resume(session, spec.run_id, control=control, hooks=hooks)
             await log.flush()  # the loop logged the cancellation
             raise
-        except ApplicationError:
-            raise
+        except (ApplicationError, StepAbandoned):
+            raise  # the latter fails the workflow task: another worker takes it
         except TurnFSMError as exc:
             # Refused before it began (SessionBusy, bad input), or ended by a
             # typed error the loop logged: the caller gets the same error.
