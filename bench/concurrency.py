@@ -45,10 +45,9 @@ store's tables go to a schema of their own, dropped at the end.
 
 Every backend's sessions are also timed by their log: `log_latencies`, from
 the ``at`` of the entry deciding one model call to the next (the "by the
-log" column), the only latency ``--store temporal`` can read (its hooks run
-in the workers): that backend, the same sessions as durable runs on
-Temporal worker processes, is `bench.concurrency_temporal` (its docstring
-says what it measures).
+log" column). ``--store temporal``, the same sessions as durable runs on
+Temporal worker processes, is `bench.concurrency_temporal`: its workers
+stamp the turns by the wall clock (its docstring says what it measures).
 
 Another backend is one more `Backend`, an async function of (`Workload`,
 the parsed options) returning `Measurements`, added to `BACKENDS`; the
@@ -307,9 +306,11 @@ def build_driver(workload: Workload, hooks: Sequence[Hook] = ()) -> Driver:
     return Driver(**driver_options(workload, hooks))
 
 
-def build_agent(workload: Workload, store: SessionStore) -> Agent:
+def build_agent(
+    workload: Workload, store: SessionStore, hooks: Sequence[Hook] = ()
+) -> Agent:
     """The same driver as an `Agent` on `store` (what a Temporal worker serves)."""
-    return Agent(store=store, **driver_options(workload))
+    return Agent(store=store, **driver_options(workload, hooks))
 
 
 def log_latencies(session: Session) -> list[float]:

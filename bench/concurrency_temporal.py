@@ -16,14 +16,21 @@ What it measures:
 - throughput: model calls of all sessions / the wall time from the first
   start until the last result arrived at the client (the workers are up
   and polling before; stopping them and the check are not in it);
-- turn latency, p50 / p99: read from the store afterwards, since the
-  workers' hooks cannot report back here. Each `EventRecorded` entry has
-  an ``at`` from the workflow's clock (`workflow.now()`: the start of the
-  workflow task that handled the event). A turn is the interval from the
-  entry deciding ``call_llm:k`` to the one deciding ``call_llm:k+1`` (the
-  last: to `RunEnded`). It holds the model activity, the workflow task
-  after it, the tool activity, the workflow task after that, and every
-  queue in between (server, task queues, the workers' slots);
+- turn latency, p50 / p99, by the workers' wall clock: each worker's hook
+  (`WallClock`) stamps every model call as it starts (in its activity)
+  and every run's end (in its workflow), by session, and prints them when
+  it stops; a turn is one model call's start to the next one's (the last:
+  to the run's end), whichever worker stamped them. It holds the model
+  activity, the workflow task after it, the tool activity, the workflow
+  task after that, and every queue in between (server, task queues, the
+  workers' slots);
+- the same latency by the log (the "by the log" column): each
+  `EventRecorded` entry has an ``at`` from the workflow's clock
+  (`workflow.now()`: the start of the workflow task that handled it), a
+  turn from the entry deciding ``call_llm:k`` to the one deciding
+  ``call_llm:k+1`` (the last: to `RunEnded`). With local activities
+  (``--durable-option local_activities=true``) the steps a workflow task
+  chains share that clock: only the workers' clock times them;
 - peak RSS (``ru_maxrss``) and CPU seconds of each worker, which prints
   them when it stops; the client's own peak is the row's "peak RSS";
 - the server's CPU seconds over the run, when its pid is known
@@ -38,6 +45,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -58,12 +66,14 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from bench.concurrency import (
     ROOT,
     Measurements,
+    TurnClock,
     Workload,
     build_agent,
     first_input,
     peak_rss_mib,
     verify,
 )
+from turnfsm.hooks import ModelCallInfo, RunEndInfo
 from turnfsm.persistence import MemoryStore, SQLiteStore, new_id, open_store
 from turnfsm.temporal import (
     DurableOptions,
@@ -90,11 +100,39 @@ def settings(pairs: Sequence[str], kind: type) -> dict[str, Any]:
         if not sep:
             raise SystemExit(f"{pair!r}: expected KEY=VALUE")
         key = key.replace("-", "_")
-        if kind is int and key.endswith("timeout"):
+        if value.lower() in ("true", "false"):
+            out[key] = value.lower() == "true"
+        elif kind is int and key.endswith("timeout"):
             out[key] = timedelta(seconds=float(value))
         else:
             out[key] = kind(value)
     return out
+
+
+class WallClock(TurnClock):
+    """`TurnClock` by the wall clock, comparable across the workers' processes.
+
+    A model call is stamped in its activity, a run's end in its workflow
+    (an observing hook: never while Temporal replays).
+    """
+
+    def on_model_call_start(self, info: ModelCallInfo) -> None:
+        if info.purpose == "turn":
+            self.stamps[info.session_id].append(time.time())
+
+    def on_run_end(self, info: RunEndInfo) -> None:
+        self.stamps[info.session_id].append(time.time())
+
+
+def wall_latencies(figures: Sequence[dict[str, Any]]) -> list[float]:
+    """Every turn's seconds from the workers' stamps (`WallClock`), merged."""
+    stamps: collections.defaultdict[str, list[float]] = collections.defaultdict(list)
+    for worker in figures:
+        for session_id, times in worker.get("stamps", {}).items():
+            stamps[session_id].extend(times)
+    return [
+        b - a for times in stamps.values() for a, b in itertools.pairwise(sorted(times))
+    ]
 
 
 async def serve_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -111,7 +149,8 @@ async def serve_worker(args: argparse.Namespace) -> dict[str, Any]:
         store: Any = PostgresStore(args.store, max_size=args.pg_pool)
     else:
         store = open_store(args.store)
-    agent = build_agent(workload, store)
+    clock = WallClock()
+    agent = build_agent(workload, store, hooks=[clock])
     client = await Client.connect(args.address)
     options = settings(args.worker_option, int)
     if args.unsandboxed:
@@ -121,7 +160,11 @@ async def serve_worker(args: argparse.Namespace) -> dict[str, Any]:
         await anyio.to_thread.run_sync(sys.stdin.read)  # until the bench closes it
     await store.aclose()
     usage = os.times()
-    return {"rss": peak_rss_mib(), "cpu": usage.user + usage.system}
+    return {
+        "rss": peak_rss_mib(),
+        "cpu": usage.user + usage.system,
+        "stamps": dict(clock.stamps),
+    }
 
 
 def worker_command(
@@ -310,7 +353,11 @@ async def run_temporal(workload: Workload, options: argparse.Namespace) -> Measu
         f"{', unsandboxed' if options.unsandboxed else ''};"
         f" {durable}{server}"
     )
-    return attrs.evolve(checked, latencies=checked.log_latencies, note=note)
+    latencies = wall_latencies(figures)
+    if len(latencies) != workload.sessions * workload.turns:  # a worker lost
+        note += f"; {len(latencies)} turns stamped: latencies by the log"
+        latencies = list(checked.log_latencies)
+    return attrs.evolve(checked, latencies=tuple(latencies), note=note)
 
 
 # -- the worker's command line -------------------------------------------------
