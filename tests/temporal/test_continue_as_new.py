@@ -33,6 +33,7 @@ from turnfsm.persistence import (
     MemoryStore,
     RunEnded,
     Session,
+    SessionStore,
     SQLiteStore,
 )
 from turnfsm.temporal import (
@@ -120,12 +121,8 @@ async def test_a_long_run_continues_as_new_and_ends_as_in_process(
     await store.acquire_lease(run.session_id, "another process", ttl=5)
 
 
-async def test_a_tool_that_is_not_safe_to_repeat_runs_once_per_call(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    # A stop never falls before a tool batch: resumed, a batch with no
-    # results would be closed as interrupted, as after a crash.
-    ran: list[int] = []
+def charging(store: SessionStore, ran: list[int], turns: int) -> Agent:
+    """An agent charging `turns` cards one turn at a time; `ran` gets each charge."""
 
     def charge(n: int) -> str:
         """Charge a card (not safe to run twice).
@@ -136,14 +133,32 @@ async def test_a_tool_that_is_not_safe_to_repeat_runs_once_per_call(
         ran.append(n)
         return f"charged {n}"
 
-    turns = 8
     script = [reply("", tool_call("charge", f"c{n}", n=n)) for n in range(turns)]
-    agent = Agent(
+    return Agent(
         model=ScriptedModel.of(*script, "all charged"),
         tools=[charge],
-        store=SQLiteStore(tmp_path / "tools.db"),
+        store=store,
         name="charger",
     )
+
+
+def stops(session: Session) -> list[RunEnded]:
+    """The run's stops to continue as new, in its log."""
+    return [
+        e
+        for e in session.entries
+        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+    ]
+
+
+async def test_a_tool_that_is_not_safe_to_repeat_runs_once_per_call(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # A stop never falls before a tool batch: resumed, a batch with no
+    # results would be closed as interrupted, as after a crash.
+    ran: list[int] = []
+    turns = 8
+    agent = charging(SQLiteStore(tmp_path / "tools.db"), ran, turns)
     queue = f"test-{uuid.uuid4().hex[:10]}"
     # No workflow cache: every task replays its history, stops included.
     async with create_worker(temporal_client, queue, agent, max_cached_workflows=0):
@@ -160,12 +175,7 @@ async def test_a_tool_that_is_not_safe_to_repeat_runs_once_per_call(
     session = await Session.load(SQLiteStore(tmp_path / "tools.db"), run.session_id)
     results = [r.content for m in session.history for r in m.tool_results]
     assert results == [f"charged {n}" for n in range(turns)]
-    stops = [
-        e
-        for e in session.entries
-        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
-    ]
-    assert len(stops) >= 2
+    assert len(stops(session)) >= 2
 
 
 async def test_a_run_paused_for_approvals_continues_and_is_answered_through_it(

@@ -22,13 +22,14 @@ from temporalio.client import Client, WorkflowHistory
 from turnfsm import Agent
 from turnfsm.cli._demo import TASK, build_demo_agent
 from turnfsm.driver import replay
-from turnfsm.errors import ConfigError, ContinuedAsNew, SessionBusy
+from turnfsm.errors import ConfigError, SessionBusy
 from turnfsm.messages import Message
-from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
+from turnfsm.persistence import MemoryStore, Session, SQLiteStore
 from turnfsm.providers import ModelRequest
 from turnfsm.temporal import DurableOptions, create_worker, start_durable
-from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.testing import FakeModelClient, reply
 
+from .test_continue_as_new import charging, stops
 from .test_durable import _history, _replays, content, kinds
 from .test_subagents import agents, child_sessions
 
@@ -207,25 +208,9 @@ async def test_a_long_run_on_local_activities_continues_as_new(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     ran: list[int] = []
-
-    def charge(n: int) -> str:
-        """Charge a card (not safe to run twice).
-
-        Args:
-            n: the charge.
-        """
-        ran.append(n)
-        return f"charged {n}"
-
     turns = 8
-    script = [reply("", tool_call("charge", f"c{n}", n=n)) for n in range(turns)]
     path = tmp_path / "long.db"
-    agent = Agent(
-        model=ScriptedModel.of(*script, "all charged"),
-        tools=[charge],
-        store=SQLiteStore(path),
-        name="charger",
-    )
+    agent = charging(SQLiteStore(path), ran, turns)
     queue = _queue()
     options = DurableOptions(local_activities=True, history_limit=12)
     # No workflow cache: every task replays its history, stops included.
@@ -244,12 +229,7 @@ async def test_a_long_run_on_local_activities_continues_as_new(
     assert [r.content for m in session.history for r in m.tool_results] == [
         f"charged {n}" for n in range(turns)
     ]
-    stops = [
-        e
-        for e in session.entries
-        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
-    ]
-    assert stops
+    assert stops(session)
 
 
 def test_local_activities_is_checked_where_it_is_given() -> None:
