@@ -26,7 +26,12 @@ from turnfsm.errors import ConfigError, SessionBusy
 from turnfsm.messages import Message
 from turnfsm.persistence import MemoryStore, Session, SQLiteStore
 from turnfsm.providers import ModelRequest
-from turnfsm.temporal import DurableOptions, create_worker, start_durable
+from turnfsm.temporal import (
+    DurableOptions,
+    DurableRun,
+    create_worker,
+    start_durable,
+)
 from turnfsm.testing import FakeModelClient, reply
 
 from .test_continue_as_new import charging, stops
@@ -51,6 +56,18 @@ def _scheduled(history: WorkflowHistory) -> list[str]:
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
+
+
+async def _begun(
+    client: Client, agent: Agent, queue: str, started: anyio.Event
+) -> DurableRun:
+    """Start `agent` on local activities; return once its model is called."""
+    run = await start_durable(
+        agent, "hi", client=client, task_queue=queue, options=LOCAL
+    )
+    with anyio.fail_after(30):
+        await started.wait()
+    return run
 
 
 def _markers(history: WorkflowHistory) -> int:
@@ -128,11 +145,7 @@ async def test_a_cancel_reaches_a_step_on_a_local_activity(
     )
     queue = _queue()
     async with create_worker(temporal_client, queue, agent):
-        run = await start_durable(
-            agent, "hi", client=temporal_client, task_queue=queue, options=LOCAL
-        )
-        with anyio.fail_after(30):
-            await started.wait()
+        run = await _begun(temporal_client, agent, queue, started)
         await run.cancel("enough")
         with anyio.fail_after(30):
             result = await run.result()
@@ -160,11 +173,7 @@ async def test_a_worker_stopped_mid_step_leaves_the_run_to_the_next(
     agent = Agent(model=FakeModelClient(answer), store=SQLiteStore(path), name="r")
     queue = _queue()
     async with create_worker(temporal_client, queue, agent):
-        run = await start_durable(
-            agent, "hi", client=temporal_client, task_queue=queue, options=LOCAL
-        )
-        with anyio.fail_after(30):
-            await started.wait()
+        run = await _begun(temporal_client, agent, queue, started)
     stopped.set()
     async with create_worker(temporal_client, queue, agent, max_cached_workflows=0):
         with anyio.fail_after(60):
