@@ -10,11 +10,13 @@ by ``--agents-python`` (an environment with ``openai-agents`` and
 ``temporalio-openai-agents``). The sides alternate, so drift hits both.
 
     python -m bench.temporal_peers --agents-python /path/to/venv/bin/python \
-        --sessions 100 --sessions 1000 --turns 20 [--rounds 2]
+        --sessions 100 --sessions 1000 --turns 20 [--rounds 2] \
+        [--turnfsm-option local_activities=true]
 
+``--turnfsm-option`` is a `DurableOptions` field for turnfsm's runs.
 Prints, per side and size, the best round's throughput (model calls per
-second, first start to last result), its turn latency p50 / p99 (from the
-durable record: turnfsm's log, the peer's workflow history), the CPU
+second, first start to last result), its turn latency p50 / p99 (turnfsm's
+by its workers' clock, the peer's from its workflow history), the CPU
 seconds the workers and the server spent per model call, and turnfsm's
 throughput as a ratio to the peer's.
 """
@@ -71,6 +73,7 @@ def run_turnfsm(args: argparse.Namespace, sessions: int, url: str) -> dict[str, 
             args.temporal_address,
             "--workers",
             str(args.workers),
+            *(f"--durable-option={pair}" for pair in args.turnfsm_option),
         ]
     )
     cpu0 = server_cpu(args.temporal_dir)
@@ -79,8 +82,8 @@ def run_turnfsm(args: argparse.Namespace, sessions: int, url: str) -> dict[str, 
     return {
         "side": "turnfsm",
         "throughput": run["throughput"],
-        "p50": run["log_p50"],
-        "p99": run["log_p99"],
+        "p50": run["p50"],
+        "p99": run["p99"],
         "workers_cpu": sum(run["worker_cpu"] or []),
         "server_cpu": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
         "checked": run["verified"],
@@ -131,11 +134,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--temporal-address", default=None)
     parser.add_argument("--temporal-dir", default=None)
+    parser.add_argument("--turnfsm-option", action="append", default=[])
     args = parser.parse_args(argv)
     sizes = args.sessions or [100]
     print(
         f"durable runs side by side: {args.workers} workers a side,"
         f" {args.turns} model calls a session, instant fake model over HTTP"
+        + "".join(f"; turnfsm {pair}" for pair in args.turnfsm_option)
     )
     lines = [
         "| side | sessions x calls | calls/s | p50 turn (ms) | p99 turn (ms)"

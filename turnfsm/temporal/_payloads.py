@@ -131,11 +131,11 @@ class DurableOptions:
             `task_timeout`, Temporal's workflow-task heartbeat. The
             session's log is written only from finished workflow tasks,
             so it trails the run by up to a task, and is complete when the
-            run pauses or ends. A worker that dies runs again the steps of
-            its unfinished task (an activity lost with its worker runs
-            again too), and no heartbeat tells it is lost: the task
-            timeout does. A tool must be served by the worker running the
-            workflow.
+            run pauses or ends. When a worker dies, the steps of its
+            unfinished task run again on the next one (as an activity lost
+            with its worker does), found out by the task timeout, not by a
+            heartbeat; a worker that stops hands its task on at once. A
+            tool must be served by the worker running the workflow.
     """
 
     heartbeat_timeout: float = attrs.field(
