@@ -263,19 +263,22 @@ def check_session(session: Session, tag: str, turns: int, spec: MachineSpec) -> 
 class TurnClock(Hook):
     """Stamps each session's model calls (and its run's end), by session id."""
 
+    now = staticmethod(time.perf_counter)
+
     def __init__(self) -> None:
         self.stamps: defaultdict[str, list[float]] = defaultdict(list)
 
     def on_model_call_start(self, info: ModelCallInfo) -> None:
         if info.purpose == "turn":
-            self.stamps[info.session_id].append(time.perf_counter())
+            self.end(info.session_id)
 
     def end(self, session_id: str) -> None:
-        self.stamps[session_id].append(time.perf_counter())
+        self.stamps[session_id].append(self.now())
 
     def latencies(self) -> list[float]:
         """Every turn's seconds: model call start to the next (or the run's end)."""
-        return [b - a for s in self.stamps.values() for a, b in itertools.pairwise(s)]
+        pairs = (itertools.pairwise(sorted(s)) for s in self.stamps.values())
+        return [b - a for each in pairs for a, b in each]
 
 
 def driver_options(workload: Workload, hooks: Sequence[Hook] = ()) -> dict[str, Any]:

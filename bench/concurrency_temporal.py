@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import itertools
 import json
 import os
 import re
@@ -73,7 +72,7 @@ from bench.concurrency import (
     peak_rss_mib,
     verify,
 )
-from turnfsm.hooks import ModelCallInfo, RunEndInfo
+from turnfsm.hooks import RunEndInfo
 from turnfsm.persistence import MemoryStore, SQLiteStore, new_id, open_store
 from turnfsm.temporal import (
     DurableOptions,
@@ -116,23 +115,19 @@ class WallClock(TurnClock):
     (an observing hook: never while Temporal replays).
     """
 
-    def on_model_call_start(self, info: ModelCallInfo) -> None:
-        if info.purpose == "turn":
-            self.stamps[info.session_id].append(time.time())
+    now = staticmethod(time.time)
 
     def on_run_end(self, info: RunEndInfo) -> None:
-        self.stamps[info.session_id].append(time.time())
+        self.end(info.session_id)
 
 
 def wall_latencies(figures: Sequence[dict[str, Any]]) -> list[float]:
     """Every turn's seconds from the workers' stamps (`WallClock`), merged."""
-    stamps: collections.defaultdict[str, list[float]] = collections.defaultdict(list)
+    clock = WallClock()
     for worker in figures:
         for session_id, times in worker.get("stamps", {}).items():
-            stamps[session_id].extend(times)
-    return [
-        b - a for times in stamps.values() for a, b in itertools.pairwise(sorted(times))
-    ]
+            clock.stamps[session_id].extend(times)
+    return clock.latencies()
 
 
 async def serve_worker(args: argparse.Namespace) -> dict[str, Any]:
