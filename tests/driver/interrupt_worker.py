@@ -24,6 +24,10 @@ from turnfsm.testing import FakeModelClient, reply, tool_call
 
 effects, store, which = sys.argv[1], sys.argv[2], sys.argv[3]
 idempotent = sys.argv[4:] == ["idempotent"]
+# Started from a terminal, Python turns Ctrl-C into KeyboardInterrupt; a test
+# suite started in the background by a script inherits SIGINT ignored, and
+# Python keeps it so. This program is the terminal's.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def model(request: ModelRequest) -> Message:
