@@ -32,7 +32,7 @@ from turnfsm.temporal import (
     create_worker,
     start_durable,
 )
-from turnfsm.testing import FakeModelClient, reply
+from turnfsm.testing import FakeModelClient, reply, tool_call
 
 from .test_continue_as_new import charging, stops
 from .test_durable import _history, _replays, content, kinds
@@ -154,23 +154,39 @@ async def test_a_cancel_reaches_a_step_on_a_local_activity(
     assert [r.outcome for r in session.runs] == ["cancelled"]
 
 
-async def test_a_worker_stopped_mid_step_leaves_the_run_to_the_next(
+async def test_a_worker_stopped_mid_step_hands_the_step_on_and_keeps_the_rest(
     temporal_client: Client, tmp_path: Path
 ) -> None:
-    # The first worker stops while its model call hangs: the step is not
-    # in the history, so the next worker runs it again, and the run ends.
+    # In one workflow task: a model call, a tool that must not run twice,
+    # and a second model call that hangs while its worker stops. The hung
+    # step goes to the next worker as an activity; the two finished steps
+    # stay done (their results are in the history): the tool ran once.
     started, stopped = anyio.Event(), anyio.Event()
     calls: list[int] = []
+    charged: list[int] = []
 
     async def answer(request: ModelRequest) -> Message:
         calls.append(1)
+        if not any(m.tool_results for m in request.messages):
+            return reply("", tool_call("charge", "c1", n=1))
         if not stopped.is_set():
             started.set()
             await anyio.sleep_forever()
-        return reply("the answer")
+        return reply("charged")
+
+    def charge(n: int) -> str:
+        """Charge a card (not safe to run twice).
+
+        Args:
+            n: the charge.
+        """
+        charged.append(n)
+        return f"charged {n}"
 
     path = tmp_path / "r.db"
-    agent = Agent(model=FakeModelClient(answer), store=SQLiteStore(path), name="r")
+    agent = Agent(
+        model=FakeModelClient(answer), tools=[charge], store=SQLiteStore(path), name="r"
+    )
     queue = _queue()
     async with create_worker(temporal_client, queue, agent):
         run = await _begun(temporal_client, agent, queue, started)
@@ -179,10 +195,14 @@ async def test_a_worker_stopped_mid_step_leaves_the_run_to_the_next(
         with anyio.fail_after(60):
             result = await run.result()
         history = await _history(temporal_client, run.workflow_id)
-    assert (result.outcome, result.text) == ("done", "the answer")
-    assert len(calls) >= 2
+    assert (result.outcome, result.text) == ("done", "charged")
+    assert charged == [1]
+    assert len(calls) == 3  # the hung call once more, by the next worker
+    assert _scheduled(history).count("turnfsm.effect") == 1  # the one handed on
+    assert "turnfsm.tool" not in _scheduled(history)
     session = await Session.load(SQLiteStore(path), run.session_id)
     assert [r.outcome for r in session.runs] == ["done"]
+    assert [r.content for m in session.history for r in m.tool_results] == ["charged 1"]
     await _replays(history)
 
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._carry import EffectSettings, carry_out
-
-# For durable runs (not in `__all__`): a step whose worker is stopping.
-from turnfsm.driver._carry import StepAbandoned as StepAbandoned
 from turnfsm.driver._context import (
     EffectContext,
     Reported,

@@ -32,20 +32,9 @@ from turnfsm.errors import InvalidReturn
 from turnfsm.providers import ModelPrices
 from turnfsm.values import ErrorInfo
 
-__all__ = ["EffectSettings", "StepAbandoned", "carry_out"]
+__all__ = ["EffectSettings", "carry_out"]
 
 logger = logging.getLogger("turnfsm.driver")
-
-
-@final
-class StepAbandoned(Exception):
-    """The process carrying a step out is going away before it ended (internal).
-
-    As if the process had died there: the loop writes nothing more and calls
-    no hook; whoever takes the run over carries the step out again. A
-    durable run's worker stopping while a step runs as a local activity
-    raises it, and its workflow task is handed to another worker.
-    """
 
 
 @final

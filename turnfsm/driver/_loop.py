@@ -78,7 +78,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver import _audit
 from turnfsm.driver._audit import Audit
-from turnfsm.driver._carry import EffectSettings, StepAbandoned, carry_out
+from turnfsm.driver._carry import EffectSettings, carry_out
 from turnfsm.driver._context import (
     EffectContext,
     RunResources,
@@ -459,8 +459,6 @@ class RunLoop(Ending):
             return await self._steps(decision)
         except _Broken as broken:
             return await self.end(None, broken.error)
-        except StepAbandoned:
-            raise  # as if the process had died here: nothing more of it
         except (SubagentWaiting, ContinuedAsNew) as waiting:
             # A sub-agent paused for an answer: this run stops where it is,
             # its call open, and goes on when resumed with that answer. A
@@ -652,8 +650,6 @@ class RunLoop(Ending):
         step = self.step = self._context(decision)
         try:
             event = await carry_out(self.settings, step, decision, self.control)
-        except StepAbandoned:
-            raise
         except Exception as exc:
             # Typed already (a durable run's EffectFailed among them), except
             # a value an effect of yours made wrong (a Signal's data, a

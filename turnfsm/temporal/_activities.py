@@ -110,7 +110,8 @@ CRASHED: Final = "turnfsm.crashed"
 
 STOPPING: Final = "turnfsm.stopping"
 """An `ApplicationError` type: a local activity's worker is stopping (not
-retried: its workflow task goes to another worker)."""
+retried: the workflow runs the step again as an activity the server
+schedules)."""
 
 _ONE_ATTEMPT: Final = RetryPolicy(max_attempts=1)
 
@@ -608,9 +609,10 @@ async def _once(
     work out again.
     """
     info = activity.info()
-    # A local activity's ids are counted apart from the server's.
+    # Ids count from 1 in each workflow run (a session's runs share its
+    # workflow id), and a local activity's apart from the server's.
     key = (
-        info.workflow_id or "",
+        f"{info.workflow_id}:{info.workflow_run_id}",
         ("local:" if info.is_local else "") + info.activity_id,
     )
     # Kept for every later attempt: one scheduled while the loop was held
@@ -646,7 +648,8 @@ async def _unless_stopping(task: asyncio.Future[Any]) -> None:
 
     A local activity keeps its worker's workflow task open, and a worker
     stopping waits for it (Temporal does not cancel it). It fails, not
-    retried, for the workflow to abandon its task to another worker.
+    retried, for the workflow to run the step again as an activity the
+    server schedules, which a worker that goes on carries out.
     """
     stopping = asyncio.ensure_future(activity.wait_for_worker_shutdown())
     try:

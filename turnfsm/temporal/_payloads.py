@@ -134,7 +134,7 @@ class DurableOptions:
             run pauses or ends. When a worker dies, the steps of its
             unfinished task run again on the next one (as an activity lost
             with its worker does), found out by the task timeout, not by a
-            heartbeat; a worker that stops hands its task on at once. A
+            heartbeat; a worker that stops hands its step on at once. A
             tool must be served by the worker running the workflow. A
             workflow task keeps its worker's slot while its steps run, so
             a worker moves on at most its ``max_concurrent_workflow_tasks``

@@ -49,7 +49,6 @@ with workflow.unsafe.imports_passed_through():
         EffectContext,
         PhaseDelegation,
         RunResult,
-        StepAbandoned,
         child_ids,
         effect_key,
     )
@@ -284,12 +283,6 @@ class _WorkflowLog:
             self.done(log)
 
 
-_ABANDONED: Final = (
-    "this worker is stopping mid-step: the workflow task goes to another "
-    "worker, which carries the step out again"
-)
-
-
 def _stopping(failure: BaseException | None) -> bool:
     """Whether a local activity failed because its worker is stopping."""
     return isinstance(failure, ApplicationError) and failure.type == STOPPING
@@ -437,30 +430,36 @@ class _Remote:
         )
 
     async def _step(self, activity: Any, request: Any, **options: Any) -> Any:
-        """Run an effect's or a tool call's activity: local, if the run says so."""
+        """Run an effect's or a tool call's activity: local, if the run says so.
+
+        A local activity that its worker's stopping cut short runs again as
+        an activity the server schedules: the workflow task then ends,
+        keeping the steps it finished (their results are in the history),
+        and a worker that goes on carries this one out. Replayed, the
+        recorded failure schedules the same activity.
+        """
         if not self.local:
             return await self._run(activity, request, **options)
-        del options["heartbeat_timeout"]  # a local activity sends none
+        local = {k: v for k, v in options.items() if k != "heartbeat_timeout"}
         try:
             return await self._track(
-                workflow.execute_local_activity(activity, request, **options)
+                workflow.execute_local_activity(activity, request, **local)
             )
         except ActivityError as exc:
-            if _stopping(exc.cause):
-                raise StepAbandoned(_ABANDONED) from None
-            raise
+            if not _stopping(exc.cause):
+                raise
         except FailureError as exc:  # its failure itself: as an activity's
-            if _stopping(exc):
-                raise StepAbandoned(_ABANDONED) from None
-            raise ActivityError(
-                str(exc),
-                scheduled_event_id=0,
-                started_event_id=0,
-                identity="",
-                activity_type=getattr(activity, "__name__", ""),
-                activity_id="",
-                retry_state=None,
-            ) from exc
+            if not _stopping(exc):
+                raise ActivityError(
+                    str(exc),
+                    scheduled_event_id=0,
+                    started_event_id=0,
+                    identity="",
+                    activity_type=getattr(activity, "__name__", ""),
+                    activity_id="",
+                    retry_state=None,
+                ) from exc
+        return await self._run(activity, request, **options)
 
     async def _track(self, work: Awaitable[Any]) -> Any:
         """Await `work` as a task a ``cancel`` signal cancels."""
@@ -560,15 +559,10 @@ class _Remote:
             link = phase.admit(decision, ctx.session_id, ctx.run_id, call_id)
             if not isinstance(link, ParentLink):
                 return link  # refused: a limit, routed by on_failure
-            log = self.log.take()
-            if log is not None:  # the child's run is linked to what this log holds
-                try:
-                    await self._run(
-                        append_log, self.log.request(log), **self.log.options()
-                    )
-                except ActivityError as exc:
-                    return self._failed(exc, decision)
-                self.log.done(log)
+            try:  # the child's run is linked to what this log holds (in parts)
+                await self._track(self.log.flush())
+            except ActivityError as exc:
+                return self._failed(exc, decision)
             driver = phase.delegation.driver
             try:
                 ended = await self._child_workflow(driver, link, task)

@@ -27,9 +27,9 @@ outside world themselves:
 - with `DurableOptions.local_activities`, the effects and tool calls run as
   local activities, in this worker, inside the workflow task; each carries
   only the log of workflow tasks that have ended (their results are in the
-  history), the run's first step writes the log first, and a worker that
-  stops mid-step fails its workflow task (`StepAbandoned`) for another
-  worker to carry the step out again.
+  history), the run's first step writes the log first, and a step whose
+  worker stops mid-way runs again as an activity the server schedules, for
+  another worker to carry out (the task ends, keeping the steps it finished).
 
 So the brain, the machine file, the audit trail, the hooks and the stores
 are those of an in-process run; the workflow's history is the journal of
@@ -90,7 +90,6 @@ with workflow.unsafe.imports_passed_through():
         Driver,
         RunControl,
         RunResult,
-        StepAbandoned,
         injection_refusal,
         missing_tools,
     )
@@ -338,8 +337,8 @@ class TurnWorkflow:
                 await driver.resume(session, spec.run_id, control=control, hooks=hooks)
             await log.flush()  # the loop logged the cancellation
             raise
-        except (ApplicationError, StepAbandoned):
-            raise  # the latter fails the workflow task: another worker takes it
+        except ApplicationError:
+            raise
         except TurnFSMError as exc:
             # Refused before it began (SessionBusy, bad input), or ended by a
             # typed error the loop logged: the caller gets the same error.
