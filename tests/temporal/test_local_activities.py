@@ -34,7 +34,6 @@ from turnfsm.temporal import (
 )
 from turnfsm.testing import FakeModelClient, reply, tool_call
 
-from .test_continue_as_new import charging, stops
 from .test_durable import _history, _replays, content, kinds
 from .test_subagents import agents, child_sessions
 
@@ -231,34 +230,6 @@ async def test_a_sub_agent_on_local_activities_answers_as_in_process(
     session = await Session.load(store, run.session_id)
     assert content(session.history) == content(local.session.history)
     await _replays(history)
-
-
-async def test_a_long_run_on_local_activities_continues_as_new(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    ran: list[int] = []
-    turns = 8
-    path = tmp_path / "long.db"
-    agent = charging(SQLiteStore(path), ran, turns)
-    queue = _queue()
-    options = DurableOptions(local_activities=True, history_limit=12)
-    # No workflow cache: every task replays its history, stops included.
-    async with create_worker(temporal_client, queue, agent, max_cached_workflows=0):
-        run = await start_durable(
-            agent,
-            "charge them",
-            client=temporal_client,
-            task_queue=queue,
-            options=options,
-        )
-        result = await run.result()
-    assert (result.outcome, result.text) == ("done", "all charged")
-    assert ran == list(range(turns))
-    session = await Session.load(SQLiteStore(path), run.session_id)
-    assert [r.content for m in session.history for r in m.tool_results] == [
-        f"charged {n}" for n in range(turns)
-    ]
-    assert stops(session)
 
 
 def test_local_activities_is_checked_where_it_is_given() -> None:

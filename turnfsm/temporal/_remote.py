@@ -11,6 +11,7 @@ operation in `turnfsm.temporal._workflow`.
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final, final
@@ -229,8 +230,8 @@ class _WorkflowLog:
         """
         pending = self._pending
         if finished:
-            task = _task()
-            pending = pending[: sum(1 for t in self._tasks if t < task)]
+            # Tags never decrease: those of ended tasks come first.
+            pending = pending[: bisect.bisect_left(self._tasks, _task())]
         if not pending:
             return None
         entries = [serde.envelope(e) for e in pending]
@@ -607,28 +608,27 @@ class _Remote:
             "result_limit": limit // 2,
         }
         log = self.log.take(finished=self.local)
+        # The log rides with a lone tool activity (when both fit in one
+        # payload: the log holds the reply, and so the call, too); otherwise
+        # it is written first, in parts: one writer, not the calls racing,
+        # and a child's run is linked to what its parent's log holds. Local
+        # activities leave it to the next step but for a child: writing it
+        # ends the workflow task.
         children = any(plan is not None for plan in plans)
-        if (self.local and children) or (
+        rides = (
             log is not None
-            and (
-                plans != [None]
-                or payload_size(
-                    {**request, "call": serde.to_json(calls[0]), "log": log}
-                )
-                > limit
-            )
+            and plans == [None]
+            and payload_size({**request, "call": serde.to_json(calls[0]), "log": log})
+            <= limit
+        )
+        if (self.local and children) or (
+            log is not None and not rides and not self.local
         ):
-            # The log rides with a lone tool activity (when both fit in
-            # one payload: the log holds the reply, and so the call, too);
-            # otherwise it is written first, in parts: one writer, not the
-            # calls racing, and a child's run is linked to what its
-            # parent's log holds. Local activities leave it to the next
-            # step but for a child: writing it ends the workflow task.
-            if not self.local or children:
-                try:
-                    await self._track(self.log.flush())
-                except ActivityError as exc:
-                    return self._failed(exc, decision)
+            try:
+                await self._track(self.log.flush())
+            except ActivityError as exc:
+                return self._failed(exc, decision)
+        if not rides:
             log = None
         schedule = self._schedule("run_tools")
 
