@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
+import attrs
 import pytest
 
 from tests.helpers import restamp
@@ -11,7 +13,13 @@ from turnfsm import Agent, default_machine, review_machine
 from turnfsm.core import Event, MachineSpec, Perform, Signal
 from turnfsm.driver import EffectContext, replay
 from turnfsm.errors import LogInconsistent, ReplayDiverged
-from turnfsm.persistence import Session, load_session, machine_digest, session_lines
+from turnfsm.persistence import (
+    MachineStored,
+    Session,
+    load_session,
+    machine_digest,
+    session_lines,
+)
 from turnfsm.testing import ScriptedModel
 
 
@@ -113,3 +121,49 @@ async def test_the_machine_a_log_keeps_is_the_one_its_runs_began_on() -> None:
         "call_llm -> call_llm:9",
         "call_llm -> call_llm:1",
     )
+
+
+async def _kept(agent: Agent) -> tuple[MachineStored, str]:
+    """The machine entry `agent`'s log keeps, read back, and its run's digest."""
+    assert (await agent.run("hello")).outcome == "done"
+    read = await load_session(list(session_lines(agent.session)))
+    digest = read.runs[-1].opened.digest
+    entry = next(
+        e for e in read.entries if isinstance(e, MachineStored) and e.digest == digest
+    )
+    return entry, digest
+
+
+@pytest.mark.anyio
+async def test_a_machine_read_back_from_a_log_keeps_its_phases_order() -> None:
+    # The digest counts the order of the phases, and the log writes a
+    # table's keys sorted: the entry keeps the order beside the table.
+    machine = review_machine()
+    assert list(machine.phases) != sorted(machine.phases)
+    agent = Agent(
+        model=ScriptedModel.of("a draft"), machine=machine, effects={"review": approve}
+    )
+    entry, digest = await _kept(agent)
+    kept = entry.spec()
+
+    assert kept.phases == machine.phases
+    # A copy is a new object: its digest is worked out from what it holds.
+    assert machine_digest(attrs.evolve(kept)) == digest == machine_digest(machine)
+
+
+@pytest.mark.anyio
+async def test_a_machine_kept_without_its_order_keeps_its_stored_digest() -> None:
+    # A log written before the order was kept reads the phases back sorted.
+    # Each machine read from it is the one of its digest, for as long as it
+    # lives, also once an equal one read before it is gone.
+    entry, digest = await _kept(Agent(model=ScriptedModel.of("fine")))
+    old = attrs.evolve(entry, phases=(), subagents=())
+    first, second = old.spec(), old.spec()
+    assert second.phases == tuple(sorted(default_machine().phases))
+    assert first == second
+    assert first is not second
+
+    del first
+    gc.collect()
+
+    assert machine_digest(second) == digest == machine_digest(default_machine())

@@ -20,12 +20,12 @@ one that fixing a name also fixes.
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias
 
 import attrs
 
+from turnfsm._identity import IdentityMap
 from turnfsm.core._conversation_checks import check_conversation
 from turnfsm.core._graph import check_graph
 from turnfsm.core._limits import name_problem, shape_problems
@@ -84,19 +84,17 @@ def load_spec(
     return spec
 
 
-_PASSED: Final[dict[int, weakref.ref[MachineSpec]]] = {}
-"""The live specs that passed the checks, by identity (the loader made them)."""
+_PASSED: Final[IdentityMap[MachineSpec, bool]] = IdentityMap()
+"""The live specs that passed the checks (the loader made them)."""
 
 
 def _passed(spec: MachineSpec) -> None:
-    key = id(spec)
-    _PASSED[key] = weakref.ref(spec, lambda _ref: _PASSED.pop(key, None))
+    _PASSED.put(spec, True)
 
 
 def validated(spec: MachineSpec) -> MachineSpec:
     """Return `spec` once it passed the checks (see `MachineSpec.validated`)."""
-    known = _PASSED.get(id(spec))
-    if known is None or known() is not spec:
+    if _PASSED.get(spec) is None:
         load_spec(spec.to_dict(), f"<MachineSpec {spec.name!r}>")
         _passed(spec)
     return spec

@@ -205,13 +205,7 @@ class RunLoop(Ending):
         if not self.session.has_machine(settings.digest):
             # The machine goes in the log once: a run resumes on it without
             # the file.
-            self._riding.append(
-                MachineStored(
-                    digest=settings.digest,
-                    name=settings.machine_name,
-                    definition=settings.definition,
-                )
-            )
+            self._riding.append(MachineStored.of(settings.digest, settings.definition))
         self._riding.append(
             RunOpened(
                 run_id=self.run_id,

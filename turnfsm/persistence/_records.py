@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import weakref
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
@@ -34,6 +33,7 @@ from typing import Any, Final, Literal, TypeAlias, final
 import attrs
 
 from turnfsm import _deprecated
+from turnfsm._identity import IdentityMap
 from turnfsm.core import (
     OMITTED_IF_DEFAULT,
     Budget,
@@ -379,13 +379,34 @@ class MachineStored:
         digest: The machine's digest (`machine_digest`).
         name: The machine's name.
         definition: The machine as a file's data (`MachineSpec.to_dict`).
+        phases: Its phases, in file order: the log writes a table's keys
+            sorted, and the order of the phases is part of the machine.
+            Empty in a log written before the order was kept.
+        subagents: Its sub-agents' names, in file order, for the same reason.
         run_id: Always "": the machine belongs to the session, not a run.
     """
 
     digest: str
     name: str
     definition: Mapping[str, JSONValue] = attrs.field(converter=_mapping, hash=False)
+    phases: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, metadata={OMITTED_IF_DEFAULT: True}
+    )
+    subagents: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, metadata={OMITTED_IF_DEFAULT: True}
+    )
     run_id: str = ""
+
+    @classmethod
+    def of(cls, digest: str, definition: Mapping[str, Any]) -> MachineStored:
+        """Return the entry keeping `definition` (`MachineSpec.to_dict`) as `digest`."""
+        return cls(
+            digest=digest,
+            name=definition["name"],
+            definition=definition,
+            phases=tuple(definition["states"]),
+            subagents=tuple(definition.get("subagents", ())),
+        )
 
     def spec(self) -> MachineSpec:
         """Return the machine, checked again as it is read.
@@ -395,14 +416,26 @@ class MachineStored:
         machine file like it is refused today. The bounds (termination,
         request sizes, limits, cancellation) are checked as for any file.
         """
+        definition = dict(self.definition)
+        for key, order in (("states", self.phases), ("subagents", self.subagents)):
+            if key in definition:
+                definition[key] = _in_order(definition[key], order)
         spec = MachineSpec.from_dict(
-            self.definition, source=f"<stored {self.name}>", recorded=True
+            definition, source=f"<stored {self.name}>", recorded=True
         )
-        # A log keeps the definition as JSON, whose objects read back with
-        # their keys sorted: the phases' order, which the digest counts, is
-        # not kept. The machine is the one of the digest it was stored under.
-        _DIGESTS[spec] = self.digest
+        # A log written before the order of the phases was kept reads them
+        # back sorted, and the digest counts their order: the machine is the
+        # one of the digest it was stored under.
+        _DIGESTS.put(spec, self.digest)
         return spec
+
+
+def _in_order(table: JSONValue, order: tuple[str, ...]) -> JSONValue:
+    """`table` with the keys `order` names first, in that order."""
+    if not order or not isinstance(table, Mapping):
+        return table
+    ordered = {key: table[key] for key in order if key in table}
+    return ordered | {key: value for key, value in table.items() if key not in ordered}
 
 
 Entry: TypeAlias = (
@@ -484,14 +517,11 @@ def machine_digest(spec: MachineSpec) -> str:
         return known
     data = attrs.asdict(spec, filter=_decides_by)
     text = json.dumps(data, sort_keys=True, default=str)
-    digest = _DIGESTS[spec] = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return digest
+    return _DIGESTS.put(spec, hashlib.sha256(text.encode()).hexdigest()[:16])
 
 
-_DIGESTS: Final[weakref.WeakKeyDictionary[MachineSpec, str]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Each live spec's digest (specs are frozen; equal specs share one)."""
+_DIGESTS: Final[IdentityMap[MachineSpec, str]] = IdentityMap()
+"""Each live spec's digest (a stored machine's is the one it was stored under)."""
 
 
 def event_messages(event: Event) -> tuple[Message, ...]:
