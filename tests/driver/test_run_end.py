@@ -235,6 +235,33 @@ async def test_a_strict_start_hook_that_raises_crashes_the_run_and_ends_it() -> 
     assert (await again.run("more", session=session)).ok
 
 
+class RaisingAtBoth(RaisingAtStart):
+    def on_run_end(self, info: RunEndInfo) -> None:
+        raise RuntimeError("the end hook broke")
+
+
+async def test_a_crash_recorded_is_not_said_unrecorded_when_its_end_hook_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The end hook's error was logged as "could not record its crash", of a
+    # crash the log holds.
+    session = Session()
+    driver = Driver(
+        model=ScriptedModel.of("the answer"),
+        hooks=[RaisingAtBoth()],
+        strict_hooks=True,
+    )
+    with pytest.raises(RuntimeError, match="the start hook broke"):
+        await driver.run("go", session=session)
+    (run,) = session.runs
+    assert run.outcome == "failed"
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("turnfsm")]
+    recorded = f"run {run.run_id}: its crash is recorded; a hook told of it raised"
+    assert said == [recorded]
+    assert caplog.records[-1].exc_info is not None
+    assert "the end hook broke" in str(caplog.records[-1].exc_info[1])
+
+
 async def test_a_non_strict_end_hook_that_raises_is_detached() -> None:
     session = Session()
     driver = Driver(model=ScriptedModel.of("the answer"), hooks=[Raising()])

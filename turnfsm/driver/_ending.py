@@ -266,9 +266,7 @@ class Ending:
                 )
                 self.hear_end("interrupted", self.machine.snapshot, "", error)
             except Exception:
-                logger.exception(
-                    "run %s: could not record its interruption", self.run_id
-                )
+                self._unrecorded("interruption")
                 self.hear_end("interrupted", self.machine.snapshot, "", error)
         return RunResult(
             outcome="interrupted",
@@ -304,5 +302,19 @@ class Ending:
         try:
             await self.end(None, crashed)
         except Exception:
-            logger.exception("run %s: could not record its crash", self.run_id)
+            self._unrecorded("crash")
             self.hear_end("failed", self.machine.snapshot, "", crashed)
+
+    def _unrecorded(self, what: str) -> None:
+        """Log the exception that cut short the logging of the run's `what`.
+
+        When the end was written, it came from a (strict) hook told of it.
+        """
+        if self.ended:
+            logger.exception(
+                "run %s: its %s is recorded; a hook told of it raised",
+                self.run_id,
+                what,
+            )
+        else:
+            logger.exception("run %s: could not record its %s", self.run_id, what)
