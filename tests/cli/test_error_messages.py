@@ -688,6 +688,20 @@ def test_a_postgres_connection_string_as_the_store_is_refused_unshown(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("spec", ["memory", "MEMORY:", "sqlite://s.db"])
+def test_a_reading_command_names_the_store_a_slip_meant(
+    spec: str, tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `run` and `demo` said "did you mean 'memory:'", the reading commands
+    # only that no store file was there.
+    monkeypatch.chdir(tmp_path)
+    assert main(["sessions", "list", "--store", spec]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid --store='{spec}': " in err
+    assert "did you mean " in err
+    assert list(tmp_path.iterdir()) == []
+
+
 # A server that refuses a request as too long (a URL server that does not
 # tell its window, so the run drew its lines at the default): the advice
 # names the option a command line user sets, not the Python setting.

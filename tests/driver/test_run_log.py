@@ -821,3 +821,25 @@ async def test_a_reply_too_big_for_the_window_is_named_by_the_stall(
     assert run.error.window_check == said
     assert list(reopened.history) == []  # the failed run commits nothing
     assert replay(None, reopened, result.run_id).ok
+
+
+async def test_a_reply_that_does_not_fit_beside_a_pinned_question_is_blamed() -> None:
+    # The question (pinned) fills half the window, and the answer, which no
+    # reply budget kept room for, the rest: the advice was that pinned
+    # messages fill the window, and to give it a window over the question's
+    # own size, which it had.
+    prose = "The committee agreed that the new process should be adopted. "
+    driver = Driver(
+        model=ScriptedModel.of(prose * 130), context=ContextManager(context_window=4000)
+    )
+    result = await driver.run(prose * 150)
+
+    assert isinstance(result.error, CompactionStalled)
+    size = int(result.error.window_check.split()[5])
+    assert size > 4000 > result.error.used
+    advice = str(result.error).rpartition("; ")[2]
+    assert advice == (
+        "the reply did not fit beside the conversation: set a reply budget "
+        "(max_output_tokens), so that room for the reply is kept before the "
+        f"model is called, or give the run a context window over {size} tokens"
+    )

@@ -24,6 +24,7 @@ from turnfsm.persistence import (
     SQLiteStore,
     default_store_path,
     is_connection_string,
+    meant_store,
     names_memory,
     open_store,
 )
@@ -74,7 +75,11 @@ def open_cli_store(
     # A directory that cannot hold it is named by the store's own check.
     wanted = existing or read_only
     if wanted and path is not None and path.parent.is_dir() and not path.exists():
-        raise ConfigError(setting, spec, "a store file that exists (none is there)")
+        meant = meant_store(spec)
+        hint = f"; did you mean {meant}?" if meant is not None else ""
+        raise ConfigError(
+            setting, spec, f"a store file that exists (none is there{hint})"
+        )
     try:
         return open_store(spec, read_only=read_only)
     except (StoreDirectoryUnusable, StoreUnusable) as exc:  # the setting chose it

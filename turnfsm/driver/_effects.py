@@ -61,6 +61,7 @@ from turnfsm.errors import (
     CONTENT_FILTER,
     CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
+    REPLY_OVER_WINDOW,
     InvalidMessage,
     InvalidReturn,
     ProviderError,
@@ -201,7 +202,7 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
             size = run.context.calibrated(size, ctx.ratio)
         if size > window:
             return _overflowed(
-                f"the reply makes the conversation {size} tokens, over the "
+                f"{REPLY_OVER_WINDOW} {size} tokens, over the "
                 f"{window} window; it is not committed"
             )
     if response.finish_reason in _UNFINISHED and (

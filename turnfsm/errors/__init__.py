@@ -64,6 +64,9 @@ its private modules hold the families of the tree (`_misuse`, `_context`,
 from __future__ import annotations
 
 from turnfsm.errors._base import TurnFSMError
+
+# How the window check says a reply would not fit (not in __all__).
+from turnfsm.errors._context import REPLY_OVER_WINDOW as REPLY_OVER_WINDOW
 from turnfsm.errors._context import (
     CompactionCircuitOpen,
     CompactionFailed,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Final, Literal, final
 
@@ -106,8 +107,16 @@ def _hint(error: ContextExceeded) -> str:
     window = (
         "the model's real window as its context_window"
         if refused
-        else f"a context window over {error.used} tokens"
+        else f"a context window over {_needed(error)} tokens"
     )
+    if error.window_check.startswith(REPLY_OVER_WINDOW):
+        # The reply, not what the context holds: no pass makes room for a
+        # reply that comes unbudgeted.
+        return (
+            "the reply did not fit beside the conversation: set a reply budget "
+            "(max_output_tokens), so that room for the reply is kept before the "
+            f"model is called, or give the run {window}"
+        )
     # A reply cut at the window: its budget did not fit beside the messages.
     smaller = " or a smaller reply budget (max_output_tokens)" if _cut(error) else ""
     fits = (
@@ -275,6 +284,22 @@ def _counter_text(error: ContextExceeded) -> str:
         "than any tokenizer makes of that text - fix the counter (its count, "
         "count_text or units)"
     )
+
+
+REPLY_OVER_WINDOW: Final = "the reply makes the conversation"
+"""How the window check's words begin when a reply would not fit (not committed)."""
+
+_CHECKED: Final = re.compile(r"(\d+) tokens")
+
+
+def _needed(error: ContextExceeded) -> int:
+    """The size the window must exceed: the window check's, when it is larger.
+
+    A stalled pass's `used` is what it left; the request or reply the check
+    refused was bigger.
+    """
+    found = _CHECKED.search(error.window_check)
+    return max(error.used, int(found[1])) if found else error.used
 
 
 def _check_text(error: ContextExceeded) -> str:

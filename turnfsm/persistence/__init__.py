@@ -37,6 +37,7 @@ from turnfsm.persistence._open import (
     open_store,
 )
 from turnfsm.persistence._open import is_connection_string as is_connection_string
+from turnfsm.persistence._open import meant_store as meant_store
 from turnfsm.persistence._open import names_memory as names_memory
 from turnfsm.persistence._parent_link import ParentLink
 from turnfsm.persistence._records import (

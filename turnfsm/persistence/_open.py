@@ -132,7 +132,7 @@ def open_store(
             "<a PostgreSQL connection string, not shown>",
             f"{_TEXT} (write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE)",
         )
-    meant = _meant(spec)
+    meant = meant_store(spec)
     if meant is not None:
         raise ConfigError("store", spec, f"{_TEXT} (did you mean {meant}?)")
     if "://" in spec or spec.endswith(":") or spec.startswith("sqlite:"):
@@ -140,8 +140,8 @@ def open_store(
     return _sqlite(spec, read_only)
 
 
-def _meant(spec: str) -> str | None:
-    """The store form `spec` looks like a slip of, if any.
+def meant_store(spec: str) -> str | None:
+    """The store form `spec` looks like a slip of, if any (said as a hint).
 
     ``memory`` would be a file named so (a file path is a store's name),
     SQLite's names of a database in memory (``:memory:``) are refused by
