@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from turnfsm import approval_machine, load_machine, review_machine
-from turnfsm.errors import DefinitionError
+from turnfsm.errors import ConfigError, DefinitionError
 from turnfsm.persistence import machine_digest
 
 
@@ -56,3 +56,11 @@ def test_a_misspelt_shipped_name_is_not_found_naming_the_one_meant(
     with pytest.raises(FileNotFoundError) as caught:
         load_machine("mine.toml")
     assert "(approval, compaction, review, turn)" in str(caught.value)
+
+
+@pytest.mark.parametrize("path", [5, None, b"turn.toml"])
+def test_a_path_that_is_no_path_is_refused_naming_it(path: object) -> None:
+    # It was a bare TypeError from pathlib, naming no argument.
+    with pytest.raises(ConfigError) as caught:
+        load_machine(path)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("path", path)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Final, NoReturn
 
 from turnfsm.core import MachineSpec
-from turnfsm.errors import DefinitionError, Problem
+from turnfsm.errors import ConfigError, DefinitionError, Problem
 
 __all__ = [
     "approval_machine",
@@ -55,8 +55,12 @@ def load_machine(path: str | Path) -> MachineSpec:
             with its line), also when it is not UTF-8 text, or when one of
             its sub-agents' files is.
         OSError: the file cannot be read.
+        ConfigError: `path` is not a str or an `os.PathLike` of one.
     """
-    return _Loading().load(_here_or_shipped(Path(path)), ())
+    text = os.fspath(path) if isinstance(path, str | os.PathLike) else None
+    if not isinstance(text, str):
+        raise ConfigError("path", path, "a machine file's path (a str or a Path)")
+    return _Loading().load(_here_or_shipped(Path(text)), ())
 
 
 def _here_or_shipped(p: Path) -> Path:

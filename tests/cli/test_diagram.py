@@ -279,6 +279,18 @@ def test_a_machine_file_of_another_digest_is_refused(
             ["--run", "{first}", "-o", "{tmp}/x.txt"],
             "a file ending .svg, .png, .dot or .mmd",
         ),
+        (
+            # Refused before the runs are read: it said which runs the
+            # machine left out first.
+            ["--run", "{first}", "--machine", "approval", "-o", "{tmp}/x.txt"],
+            "a file ending .svg, .png, .dot or .mmd",
+        ),
+        (
+            # Named as the option, as `turnfsm run` names it.
+            ["--run", "{first}", "--machine", "trun"],
+            "invalid --machine='trun': expected a machine file, or a shipped "
+            "machine's name (trun does not exist",
+        ),
         (["--run", "{first}", "-o", None], "expected the file to draw into"),
         (["--run", "{first}", "--check"], "not both"),
         (["--run", "{first}", "--out", "d"], "not both"),
@@ -289,6 +301,8 @@ def test_a_machine_file_of_another_digest_is_refused(
         "session",
         "run",
         "suffix",
+        "suffix-before-the-runs",
+        "misspelt-machine",
         "no-output",
         "check",
         "out",

@@ -802,7 +802,8 @@ def test_a_misspelt_shipped_machine_names_the_one_it_is_close_to(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:
     # It said only "turnn does not exist": the shipped machines and the
-    # closest of them were lost on the way to the command line.
+    # closest of them were lost on the way to the command line. Named as
+    # the option, as `turnfsm run` names it.
     monkeypatch.chdir(tmp_path)
     assert main(["demo", "--quiet", "--store", "s.db", "--log", "demo.jsonl"]) == 0
     session = re.search(r"ses_\w+", Path("demo.jsonl").read_text())
@@ -816,8 +817,9 @@ def test_a_misspelt_shipped_machine_names_the_one_it_is_close_to(
         assert main([*argv, "--machine", "turnn"]) == 2
         line = _one_line(capsys, argv[0])
         assert line.endswith(
-            "turnn does not exist, nor a shipped machine of that name (approval, "
-            "compaction, review, turn; did you mean 'turn'?)"
+            "invalid --machine='turnn': expected a machine file, or a shipped "
+            "machine's name (turnn does not exist, nor a shipped machine of that "
+            "name (approval, compaction, review, turn; did you mean 'turn'?))"
         ), line
 
 

@@ -120,6 +120,12 @@ TOOLS = "tests.cli.approval_agent"
         (["--agent", CAREFUL, "--max-turns", "9"], "--max-turns=9", "with --agent"),
         (["--model", "openai:o", "--max-turns", "0"], "--max-turns=0", "an int > 0"),
         (
+            # It was taken and unused: the run worked in the model's window.
+            ["--model", "anthropic:claude-x", "--n-ctx", "100"],
+            "--n-ctx=100",
+            "no --n-ctx with --model anthropic:claude-x",
+        ),
+        (
             ["--agent", CAREFUL, "--model-timeout", "9"],
             "--model-timeout=9.0",
             "with --agent",

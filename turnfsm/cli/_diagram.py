@@ -24,7 +24,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.cli._errors import check_writable, explain
-from turnfsm.cli._run import run_async
+from turnfsm.cli._run import machine_option, run_async
 from turnfsm.core import (
     EdgeKey,
     MachineSpec,
@@ -349,6 +349,7 @@ def run_overlay(
                 "-o", None, f"the file to draw into ({_formats()})", missing=True
             )
         check_writable("-o", output)
+        _check_format(Path(output))
         _checks.check(depth, "--depth", _checks.integer(low=0))
         found = run_async(_stored_runs, store, runs, depth, children) if runs else []
         found += _traced_runs(traces)
@@ -493,7 +494,7 @@ def _logged_machine(runs: list[_Run]) -> MachineSpec | None:
 def _machine_for(runs: list[_Run], path: str | None) -> tuple[MachineSpec, list[_Run]]:
     """The machine to draw `runs` on (and those of them that ran on it)."""
     if path is not None:
-        spec = load_machine(path)
+        spec = machine_option(path)
         kept = [r for r in runs if r.machine in (None, spec.name)]
         for run in runs:
             if run not in kept:
@@ -577,21 +578,33 @@ def _title(spec: MachineSpec, runs: list[_Run]) -> str:
     return f"{spec.name}: {_runs(runs)} ({where}); edge width and colour: times fired"
 
 
-def _draw(
-    path: Path, spec: MachineSpec, traffic: dict[EdgeKey, Traffic], title: str | None
-) -> None:
+def _check_format(path: Path) -> tuple[str, str | None]:
+    """The format `path`'s suffix names (lower case), and Graphviz's dot for it.
+
+    Refused when the suffix names no format, or an image's when dot is not
+    on the PATH: before the runs are read.
+    """
     suffix = path.suffix.lower()
     if suffix not in _FORMATS:
         raise ConfigError("-o", str(path), f"a file ending {_formats()}")
-    if suffix == ".mmd":
-        path.write_text(render_mermaid(spec, traffic, title=title), encoding="utf-8")
-        return
-    text = render_dot(spec, traffic, title=title)
-    if suffix == ".dot":
-        path.write_text(text, encoding="utf-8")
-        return
+    if suffix in (".dot", ".mmd"):
+        return suffix, None
     dot = shutil.which("dot")
     if dot is None:
         expected = "a .dot or .mmd file: Graphviz's dot is not on the PATH"
         raise ConfigError("-o", str(path), expected)
+    return suffix, dot
+
+
+def _draw(
+    path: Path, spec: MachineSpec, traffic: dict[EdgeKey, Traffic], title: str | None
+) -> None:
+    suffix, dot = _check_format(path)
+    if suffix == ".mmd":
+        path.write_text(render_mermaid(spec, traffic, title=title), encoding="utf-8")
+        return
+    text = render_dot(spec, traffic, title=title)
+    if dot is None:
+        path.write_text(text, encoding="utf-8")
+        return
     _run_dot(dot, "-o", path, text)

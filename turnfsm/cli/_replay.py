@@ -8,7 +8,7 @@ from typing import TextIO
 
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.cli._errors import explain, terminal_text
-from turnfsm.cli._run import run_async
+from turnfsm.cli._run import machine_option, run_async
 from turnfsm.cli._stores import is_store_file, unchecked_log_note
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
@@ -178,7 +178,7 @@ async def _descend(
 def _machine(session: Session, run: RunRecord, path: str | None) -> MachineSpec:
     """The machine to replay `run` on: the file given, else the log's, else shipped."""
     if path is not None:
-        return load_machine(path)
+        return machine_option(path)
     kept = session.machine(run.opened.digest)
     if kept is not None:
         return kept

@@ -75,6 +75,7 @@ __all__ = [
     "console_for",
     "interruptible",
     "left_open_words",
+    "machine_option",
     "open_model",
     "open_run_only",
     "open_run_words",
@@ -184,6 +185,24 @@ def _refuse_with_agent(options: AgentOptions) -> None:
             )
 
 
+def machine_option(value: str) -> MachineSpec:
+    """The machine ``--machine VALUE`` names: a file, or a shipped machine's name.
+
+    Raises:
+        ConfigError: no such file nor shipped machine, or it cannot be read
+            (named ``--machine``, with the shipped machines and the closest).
+        DefinitionError: the file is not a valid machine.
+    """
+    try:
+        return load_machine(value)
+    except OSError as exc:
+        raise ConfigError(
+            "--machine",
+            value,
+            f"a machine file, or a shipped machine's name ({explain(exc)})",
+        ) from None
+
+
 def compactor(name: str) -> ContextCompactor:
     """The compactor ``--strategy NAME`` names (its defaults).
 
@@ -241,15 +260,7 @@ def open_driver(
         )
     tools = load_tools(options.tools) if options.tools else []
     if options.machine is not None:
-        try:
-            machine = load_machine(options.machine)
-        except OSError as exc:
-            # A missing one's words name the shipped machines (and the closest).
-            raise ConfigError(
-                "--machine",
-                options.machine,
-                f"a machine file, or a shipped machine's name ({explain(exc)})",
-            ) from None
+        machine = machine_option(options.machine)
     if options.model is None:
         if need_model:
             raise ConfigError(
@@ -261,6 +272,14 @@ def open_driver(
             )
         yield _driver(NoModel(), None, tools, machine, options), None
         return
+    if options.n_ctx is not None and options.model.partition(":")[0] in _KEYS:
+        raise ConfigError(
+            "--n-ctx",
+            options.n_ctx,
+            f"no --n-ctx with --model {options.model} (it sizes the local "
+            "model's server, and the window of a URL server that does not "
+            "tell its own): --window sets the window a run works within",
+        )
     n_ctx = options.n_ctx or options.window or DEFAULT_N_CTX
     n_ctx_option = "--window" if options.window and not options.n_ctx else "--n-ctx"
     with open_model(

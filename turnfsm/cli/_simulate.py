@@ -9,9 +9,8 @@ from typing import Any, Final, TextIO
 
 import attrs
 
-from turnfsm._resources import load_machine
 from turnfsm.cli._errors import as_option, explain
-from turnfsm.cli._run import run_async
+from turnfsm.cli._run import machine_option, run_async
 from turnfsm.context import ContextCompactor, ContextManager, MaskingCompactor
 from turnfsm.core import MachineSpec
 from turnfsm.errors import ConfigError, DefinitionError, StoreError
@@ -229,7 +228,7 @@ def _is_context(value: object) -> bool:
 
 
 def _machine(path: str | None) -> MachineSpec | None:
-    return None if path is None else load_machine(path)
+    return None if path is None else machine_option(path)
 
 
 @contextlib.contextmanager
