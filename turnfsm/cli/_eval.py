@@ -12,6 +12,7 @@ import anyio
 import attrs
 
 from turnfsm import _checks
+from turnfsm._prices import priced
 from turnfsm.cli._agents import load_object, made_by
 from turnfsm.cli._errors import as_option, explain
 from turnfsm.cli._run import run_async
@@ -29,7 +30,7 @@ from turnfsm.evals import (
     store_corpus,
 )
 from turnfsm.persistence import MemoryStore, Session
-from turnfsm.providers import ModelClient, known_prices
+from turnfsm.providers import ModelClient
 from turnfsm.testing import ExtractiveSummaryModel
 
 __all__ = ["EvalCommand", "run_eval"]
@@ -125,10 +126,8 @@ def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
     stream = out or sys.stdout
     try:
         command = EvalCommand(**options)
-        if command.prices is not None and known_prices(command.prices) is None:
-            raise ConfigError(
-                "--prices", command.prices, "a model with known prices (gpt-4o)"
-            )
+        if command.prices is not None:
+            priced(command.prices, "--prices")
         makers = {s: strategy_maker(s) for s in (command.strategies or STRATEGIES)}
         probes = _probes(command)
         with contextlib.ExitStack() as stack:

@@ -9,13 +9,14 @@ from typing import Any, Final, TextIO
 
 import attrs
 
+from turnfsm._prices import priced
 from turnfsm.cli._errors import as_option, explain
 from turnfsm.cli._run import machine_option, run_async
 from turnfsm.context import ContextCompactor, ContextManager, MaskingCompactor
 from turnfsm.core import MachineSpec
 from turnfsm.errors import ConfigError, DefinitionError, StoreError
 from turnfsm.persistence import Session
-from turnfsm.providers import ModelClient, known_prices
+from turnfsm.providers import ModelClient
 from turnfsm.simulate import Simulation, simulate, stored_context
 
 __all__ = ["SimulateCommand", "run_simulate"]
@@ -76,10 +77,8 @@ async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManage
     from turnfsm.cli._run import load_cli_session
     from turnfsm.cli._stores import close_store, open_cli_store
 
-    if command.prices is not None and known_prices(command.prices) is None:
-        raise ConfigError(
-            "--prices", command.prices, "a model with known prices (gpt-4o)"
-        )
+    if command.prices is not None:
+        priced(command.prices, "--prices")
     store = open_cli_store(command.store, read_only=True)
     try:
         session = await load_cli_session(store, command.session_id)

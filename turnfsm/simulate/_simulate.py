@@ -21,6 +21,7 @@ import anyio.lowlevel
 import attrs
 
 from turnfsm import _checks, tokens
+from turnfsm._prices import priced
 from turnfsm.context import (
     STRATEGIES,
     ContextCompactor,
@@ -71,7 +72,6 @@ from turnfsm.providers import (
     ModelPrices,
     ModelRequest,
     ModelResponse,
-    known_prices,
 )
 from turnfsm.tokens import TokenCounter, default_counter
 from turnfsm.values import Usage
@@ -803,9 +803,7 @@ async def simulate(
     _checks.check(summary_model, "summary_model", _check_summary_model)
     price: ModelPrices | None = None
     if prices is not None:
-        price = known_prices(prices)
-        if price is None:
-            raise ConfigError("prices", prices, "a model with known prices (gpt-4o)")
+        price = priced(prices)
     managers, caveats = _managers(session, context, price)
     model = _ReplayModel(summary_model)
     notes: list[str] = []
