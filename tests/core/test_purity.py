@@ -64,6 +64,7 @@ FORBIDDEN_AT_RUNTIME = (
 
 ALLOWED_TURNFSM = (
     "turnfsm._checks",
+    "turnfsm._identity",
     "turnfsm._json",
     "turnfsm._waits",
     "turnfsm.core",
@@ -73,7 +74,8 @@ ALLOWED_TURNFSM = (
     "turnfsm.values",
 )
 """The only turnfsm modules the core may load: itself, the pure value modules,
-the shared validators and the shared JSON encoders (`json` and `re` alone)."""
+the shared validators, the shared JSON encoders (`json` and `re` alone) and
+the identity map (`weakref` alone)."""
 
 
 def is_within(module: str, roots: tuple[str, ...]) -> bool:
