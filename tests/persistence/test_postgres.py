@@ -1133,3 +1133,38 @@ async def test_a_known_key_fails_a_first_append_to_another_session_cleanly(
     assert _same(await store.load("b"), entries)
     rows = await _query(url, "SELECT version FROM turnfsm_sessions WHERE id = 'b'")
     assert rows == [(len(entries),)]
+
+
+def test_the_commands_a_session_shows_hide_the_stores_password(
+    postgres_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `sessions show` printed the store's URL as given, password and all, in
+    # the commands that answer a paused run; `run` printed it as PASSWORD.
+    import psycopg
+
+    from tests.cli.approval_agent import DELETED
+    from turnfsm.cli import main
+
+    password = psycopg.conninfo.conninfo_to_dict(postgres_server).get("password")
+    if not password:
+        pytest.skip("the test server's role has no password to hide")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in postgres_server else "?"
+    url = f"{postgres_server}{separator}options=-csearch_path%3D{schema}"
+    agent = ["--agent", "tests.cli.approval_agent:careful", "--store", url]
+    try:
+        assert main(["run", "Free disk.", *agent]) == 3
+        ran = capsys.readouterr().out
+        session_id = ran.split("session ", 1)[1].split()[0]
+        assert main(["sessions", "show", session_id, "--store", url]) == 0
+        out = capsys.readouterr().out
+    finally:
+        DELETED.clear()
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+    assert "answer it: turnfsm approve" in out
+    assert ":PASSWORD@" in out
+    assert str(password) not in ran + out

@@ -44,6 +44,7 @@ from turnfsm.cli._stores import (
     close_store,
     is_store_file,
     open_cli_store,
+    shown,
     unchecked_log_note,
     where,
 )
@@ -140,13 +141,13 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             )
         session = await _session(store, str(command.session_id))
         if command.action == "compact":
-            flags = ["--store", command.store] if command.store else []
+            flags = _store_flags(command.store)
             return await _compact(
                 session, command.agent, out, force=command.force, flags=flags
             )
         if command.action == "show":
             held = await holder_of(session, store)
-            flags = ["--store", command.store] if command.store else []
+            flags = _store_flags(command.store)
             code = _show(session, store, out, held=held, flags=flags)
             try:
                 await show_links(session, store, out)
@@ -156,13 +157,18 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             return code
         if command.action == "export":
             code = _export(session, command.format, command.out, out)
-            flags = ["--store", command.store] if command.store else []
+            flags = _store_flags(command.store)
             await _left_out(session, store, flags, out if command.out else sys.stderr)
             return code
-        flags = ["--store", command.store] if command.store else []
+        flags = _store_flags(command.store)
         return await _reset_breaker(store, session, out, flags)
     finally:
         await close_store(store)
+
+
+def _store_flags(store: str | None) -> list[str]:
+    """The ``--store`` a printed command repeats (a password shown as PASSWORD)."""
+    return ["--store", shown(store)] if store else []
 
 
 async def _compact(
