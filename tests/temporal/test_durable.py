@@ -1467,6 +1467,29 @@ async def test_a_durable_run_on_a_session_a_live_process_holds_is_refused(
     assert caught.value.alive is True
 
 
+async def test_a_durable_run_on_a_session_a_live_run_holds_names_its_process(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The log shows the run open: the refusal said it was paused or its
+    # process dead ("resume or abandon it first"), naming no process, while
+    # that process ran it.
+    store = SQLiteStore(tmp_path / "o.db")
+    agent = _asking("open", store)
+    paused = await agent.run("clean up")
+    assert paused.outcome == "paused"
+    await store.acquire_lease(paused.session_id, "elsewhere:1:x", ttl=60)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "again", client=temporal_client, task_queue=queue
+        )
+        with pytest.raises(SessionBusy) as caught:
+            await run.result()
+    assert caught.value.run_id == paused.run_id
+    assert (caught.value.owner, caught.value.alive) == ("elsewhere:1:x", True)
+    assert "is held by 'elsewhere:1:x'" in str(caught.value)
+    await _replays(await _history(temporal_client, run.workflow_id))
+
+
 async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
     temporal_client: Client, tmp_path: Path
 ) -> None:

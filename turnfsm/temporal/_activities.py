@@ -407,14 +407,33 @@ async def load_log(request: dict[str, Any]) -> dict[str, Any]:
     all of them without a budget); ``more`` says whether entries are left.
     """
     store = _store(request)
+    session_id = request["session_id"]
     async with _beating():
-        entries = await store.load(request["session_id"])
+        entries = await store.load(session_id)
+        held = await _held_by(store, session_id)
     envelopes = [serde.envelope(e) for e in entries[request.get("start", 0) :]]
     budget = request.get("budget")
-    if budget is None:
-        return {"entries": envelopes}
-    kept = fitting(envelopes, budget)
-    return {"entries": envelopes[:kept], "more": kept < len(envelopes)}
+    read: dict[str, Any] = {"entries": envelopes}
+    if budget is not None:
+        kept = fitting(envelopes, budget)
+        read = {"entries": envelopes[:kept], "more": kept < len(envelopes)}
+    if held is not None:
+        read["held"] = held
+    return read
+
+
+async def _held_by(store: SessionStore, session_id: str) -> dict[str, Any] | None:
+    """Who else holds the workflow's own session, while their lease is live.
+
+    A process running a run of it: the workflow's run is then refused
+    naming that process (its log shows the run open), not as if the run
+    were paused or its process dead.
+    """
+    holder = _holder(store, session_id)
+    lease = None if holder is None else await holder.lease_of(session_id)
+    if lease is None or lease.owner == _owner() or lease.expires_at <= time.time():
+        return None
+    return {"owner": lease.owner, "since": lease.since, "until": lease.expires_at}
 
 
 @activity.defn(name="turnfsm.append")

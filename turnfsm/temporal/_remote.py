@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         ConfigError,
         ContinuedAsNew,
         PayloadTooLarge,
+        SessionBusy,
         SessionConflict,
         SubagentFailed,
     )
@@ -166,6 +167,8 @@ class _WorkflowLog:
     def __init__(self, spec: RunSpec) -> None:
         self._spec = spec
         self._written = 0  # the store's version, as far as the workflow knows
+        self.held: dict[str, Any] | None = None
+        """Who else held the session's lease when its log was read (None: none)."""
         self._pending: list[Entry] = []
         self._tasks: list[int] = []  # each pending entry's workflow task
 
@@ -200,7 +203,22 @@ class _WorkflowLog:
         if session_id == self._spec.session_id:
             # Not another session's log: a resumed run reads its children's.
             self._written = len(entries)
+            self.held = data.get("held")
         return entries
+
+    def busy(self, refused: SessionBusy) -> SessionBusy:
+        """`refused`, naming the process that held the session when it was read."""
+        held = self.held
+        if held is None or refused.owner is not None:
+            return refused
+        return SessionBusy(
+            refused.session_id,
+            refused.run_id,
+            owner=held["owner"],
+            alive=True,
+            since=held["since"],
+            until=held["until"],
+        )
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int

@@ -342,7 +342,9 @@ class TurnWorkflow:
         except TurnFSMError as exc:
             # Refused before it began (SessionBusy, bad input), or ended by a
             # typed error the loop logged: the caller gets the same error.
-            if not isinstance(exc, SessionConflict | SessionBusy):
+            if isinstance(exc, SessionBusy):
+                raise not_retried(log.busy(exc)) from exc
+            if not isinstance(exc, SessionConflict):
                 await _flushed(log)  # else the store takes nothing from this run
             raise not_retried(exc) from exc
         except Exception as exc:
