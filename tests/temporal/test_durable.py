@@ -778,6 +778,29 @@ async def test_result_while_changed_workers_fail_its_workflow_task_warns_and_tim
     )
 
 
+async def test_result_on_a_queue_no_worker_serves_warns_naming_it(
+    temporal_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # result() without a timeout waited without a word on a misspelt queue.
+    agent = Agent(model=ScriptedModel.of("hi"), store=MemoryStore(), name="nobody")
+    queue = f"unserved-{uuid.uuid4().hex[:8]}"
+    run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+    with (
+        caplog.at_level("WARNING", logger="turnfsm.temporal"),
+        pytest.raises(WaitTimedOut),
+    ):
+        await run.result(timeout=4)
+    await run.handle.terminate("test over")
+    (warned,) = [r for r in caplog.records if r.name == "turnfsm.temporal"]
+    assert warned.getMessage() == (
+        f"the durable run of session {run.session_id!r} waits, and does not go "
+        f"on: no worker serves it: invalid task_queue={queue!r}: expected a task "
+        "queue a worker serves: none has asked it for work lately, so nothing "
+        f"answers the run's status; start one (turnfsm worker --task-queue {queue}, "
+        "or create_worker) and the run goes on there"
+    )
+
+
 async def test_result_with_a_timeout_says_where_the_run_waits(
     temporal_client: Client, tmp_path: Path
 ) -> None:

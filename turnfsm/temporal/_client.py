@@ -250,10 +250,12 @@ class DurableRun:
 
         While it waits, it watches the run's workflow: when its task fails
         on the workers, again and again (workers serving another build of
-        the agent), the run cannot go on, and a warning on the
-        ``turnfsm.temporal`` logger says why, as `status` does (once for
-        each reason; the wait goes on, as the run does once workers that
-        can run it serve its task queue).
+        the agent), or when no worker has asked its task queue for work
+        lately (none started yet, a misspelt queue, its workers stopped),
+        the run cannot go on, and a warning on the ``turnfsm.temporal``
+        logger says why, as `status` does (once for each reason; the wait
+        goes on, as the run does once workers that can run it serve its
+        task queue).
 
         Args:
             timeout: Seconds to wait at most (None: as long as the run
@@ -330,7 +332,7 @@ class DurableRun:
             raise
 
     async def _watch(self) -> None:
-        """Warn while the run's workflow task fails on its workers (see `result`).
+        """Warn while the run's workflow task fails, or no worker serves it (`result`).
 
         Once for each reason; asked after 2 seconds, then twice as long
         each time, up to a minute. Never raises: the wait says what the
@@ -342,14 +344,16 @@ class DurableRun:
             delay = min(2 * delay, _WATCH_MOST)
             try:
                 failing = await self._failing_task()
+                why = f"its workflow task fails on its workers: {failing}"
+                if failing is None:
+                    unserved = await self._unserved()
+                    why = f"no worker serves it: {unserved}" if unserved else ""
             except Exception:  # the server's trouble: the wait meets it too
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 continue
-            why = str(failing) if failing is not None else ""
             if why and why != said:
                 logger.warning(
-                    "the durable run of session %r waits, and does not go on: its "
-                    "workflow task fails on its workers: %s",
+                    "the durable run of session %r waits, and does not go on: %s",
                     self.session_id,
                     why,
                 )
