@@ -187,16 +187,25 @@ def test_replay_of_a_session_id_given_as_its_log_says_to_use_session(
 def test_a_file_that_is_no_session_log_is_named(
     tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, command: list[str]
 ) -> None:
-    # It said "corrupt session log record at line 1: ...", naming no file.
+    # It said "corrupt session log record at line 1: ...", naming no file;
+    # then, naming it, that it "was written by another turnfsm version or
+    # changed since", of a file that never was a log.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
-    Path("notes.py").write_text("print('hello')\n")
+    Path("notes.py").write_text("\ufeff\nprint('hello')\n")
     assert main([*command, "notes.py"]) == 2
     line = _one_line(capsys, " ".join(command), quiet=True)
-    assert line.startswith(
-        f"turnfsm {' '.join(command)}: notes.py: corrupt session log record at "
-        "line 1: not JSON"
-    ), line
+    assert (
+        line
+        == {
+            "replay": "turnfsm replay: invalid LOG='notes.py': expected a session log, "
+            "as `turnfsm sessions export` writes it (its first line is not JSON: "
+            "\"print('hello')\")",
+            "sessions import": "turnfsm sessions import: notes.py is not a session log "
+            "(its first line is not JSON: \"print('hello')\"): expected one, as "
+            "`turnfsm sessions export` writes it",
+        }[" ".join(command)]
+    )
 
 
 def test_eval_names_a_missing_probe_file_in_plain_words(

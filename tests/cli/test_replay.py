@@ -54,7 +54,7 @@ def test_replay_of_a_file_that_is_not_a_log_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("hello\n")
+    bad.write_text('{"hello": 1}\n')
     assert main(["replay", str(bad)]) == 2
     assert f"turnfsm replay: {bad}: corrupt" in capsys.readouterr().err
     assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2

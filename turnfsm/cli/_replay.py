@@ -9,7 +9,7 @@ from typing import TextIO
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.cli._errors import explain, terminal_text
 from turnfsm.cli._run import machine_option, run_async
-from turnfsm.cli._stores import is_store_file, unchecked_log_note
+from turnfsm.cli._stores import is_store_file, not_a_log, unchecked_log_note
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
 from turnfsm.errors import (
@@ -135,6 +135,12 @@ def _open(
                 "a session log, as `turnfsm sessions export` writes it (this "
                 f"file is an SQLite store: replay its sessions with --store {path}"
                 " --session ID)",
+            )
+        if (reason := not_a_log(data)) is not None:
+            raise ConfigError(
+                "LOG",
+                path,
+                f"a session log, as `turnfsm sessions export` writes it ({reason})",
             )
         session = run_async(load_session, data)
         lines = _entry_lines(data, session.version)

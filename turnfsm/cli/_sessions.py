@@ -43,6 +43,7 @@ from turnfsm.cli._run import (
 from turnfsm.cli._stores import (
     close_store,
     is_store_file,
+    not_a_log,
     open_cli_store,
     shown,
     unchecked_log_note,
@@ -637,6 +638,14 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
             f"turnfsm sessions import: {name} is an SQLite store, not a session "
             "log: its sessions are read where they are (--store FILE), and "
             "`turnfsm sessions export` writes a session's log",
+            file=sys.stderr,
+        )
+        return 2
+    if (reason := not_a_log(data)) is not None:
+        name = "standard input" if path == "-" else path
+        print(
+            f"turnfsm sessions import: {name} is not a session log ({reason}): "
+            "expected one, as `turnfsm sessions export` writes it",
             file=sys.stderr,
         )
         return 2

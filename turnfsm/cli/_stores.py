@@ -33,6 +33,7 @@ __all__ = [
     "IN_MEMORY",
     "close_store",
     "is_store_file",
+    "not_a_log",
     "open_cli_store",
     "shown",
     "where",
@@ -162,6 +163,26 @@ _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 def is_store_file(data: bytes | str) -> bool:
     """Whether `data`, a file given as a session log, is an SQLite store's file."""
     return isinstance(data, bytes) and data.startswith(_SQLITE_MAGIC)
+
+
+def not_a_log(data: bytes | str) -> str | None:
+    """Why `data`, a file given as a session log, plainly is none (None: it may be).
+
+    A session log is JSON (lines, or one document) that begins with ``{``;
+    text that begins otherwise (a script, a CSV file) is no log, not a log
+    changed since. Bytes that are not UTF-8 are left to the log's reader,
+    which names compressed data and other encodings.
+    """
+    try:
+        text = data.decode() if isinstance(data, bytes) else data
+    except UnicodeDecodeError:
+        return None
+    begins = text.removeprefix("\ufeff").lstrip()
+    if not begins or begins.startswith("{"):
+        return None
+    line = begins.splitlines()[0]
+    shown = line if len(line) <= 40 else f"{line[:40]}..."
+    return f"its first line is not JSON: {shown!r}"
 
 
 def unchecked_log_note(data: bytes | str, name: str) -> str | None:
