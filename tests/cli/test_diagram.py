@@ -331,6 +331,26 @@ def test_what_cannot_be_drawn_exits_2_with_one_line(
     assert err.count("\n") == 1
 
 
+def test_a_trace_file_or_run_that_cannot_be_read_is_named_as_its_option(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # They said "invalid line 1='hello\n'" (which of the --trace files?) and
+    # "invalid session_id=''", a field the command line has not.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    out = str(tmp_path / "x.mmd")
+    assert main(["diagram", "--trace", str(notes), "-o", out]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"turnfsm diagram: invalid --trace={str(notes)!r}: expected an OTLP/JSON "
+        "trace file (invalid line 1="
+    )
+    store = str(tmp_path / "s.db")
+    assert main(["diagram", "--run", ":", "--store", store, "-o", out]) == 2
+    assert capsys.readouterr().err == (
+        "turnfsm diagram: invalid --run=':': expected SESSION or SESSION:RUN\n"
+    )
+
+
 def test_without_graphviz_svg_is_refused(
     tmp_path: Path,
     two_demos: tuple[Path, str, str],

@@ -414,6 +414,9 @@ async def _stored_runs(
     """The runs `given` names; their sub-agents `depth` levels down into `children`."""
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
+    for text in given:  # named as the option the user gave, before any reading
+        if not text.partition(":")[0]:
+            raise ConfigError("--run", text, "SESSION or SESSION:RUN")
     sessions = open_cli_store(store, read_only=True)
     loaded: dict[str, Session] = {}
     runs: dict[str, _Run] = {}  # a run named twice counts once
@@ -473,7 +476,13 @@ def _delegated(
 def _traced_runs(paths: Sequence[str]) -> list[_Run]:
     runs = []
     for path in paths:
-        for run in traced_runs(load_otlp_json(path)):
+        try:
+            spans = load_otlp_json(path)
+        except ConfigError as exc:  # named as the option, with its file
+            raise ConfigError(
+                "--trace", path, f"an OTLP/JSON trace file ({exc})"
+            ) from None
+        for run in traced_runs(spans):
             label = f"{Path(path).name}:{run.run_id or run.trace_id}"
             runs.append(
                 _Run(label, run.machine, run.digest, transitions=run.transitions)
