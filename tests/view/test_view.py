@@ -703,6 +703,11 @@ def test_a_run_another_holder_has_is_not_offered_an_answer(
         (["ses_nope"], "no session 'ses_nope'"),
         (["ses_nope", "--port", "70000"], "invalid --port=70000"),
         (["ses_nope", "--store", "nope://x"], "invalid --store='nope://x'"),
+        # The page's commands build the agent from these: they were found
+        # out only when Approve was clicked.
+        (["ses_nope", "--model", "bogus"], "invalid --model='bogus'"),
+        (["ses_nope", "--model", "Local"], "(did you mean local?)"),
+        (["ses_nope", "--model", "local", "--window", "-3"], "invalid --window=-3"),
     ],
 )
 def test_view_refuses_what_it_cannot_serve(

@@ -76,6 +76,7 @@ __all__ = [
     "interruptible",
     "left_open_words",
     "machine_option",
+    "model_kind",
     "open_model",
     "open_run_only",
     "open_run_words",
@@ -408,9 +409,9 @@ def open_model(
         WindowTooLarge: `window` is larger than the model's window.
         ImportError: the SDK `spec` needs is not installed (names the extra).
     """
-    kind, _, name = spec.partition(":")
-    name = name.strip()
-    if kind in _KEYS and name:
+    kind = model_kind(spec, field)
+    if kind in _KEYS:
+        name = spec.partition(":")[2].strip()
         client: ModelClient
         if kind == "openai":
             from turnfsm.providers import OpenAIModel
@@ -429,7 +430,7 @@ def open_model(
         client = maker(model=name)
         yield client, window_for(client, window, field="--window")
         return
-    if spec == "local":
+    if kind == "local":
         from turnfsm.providers import LlamaServer
 
         local_client()  # the SDK first: no server is started for nothing
@@ -447,21 +448,37 @@ def open_model(
         finally:
             server.stop()
         return
-    if spec.startswith(("http://", "https://")):
-        from turnfsm.providers import OpenAIModel
+    from turnfsm.providers import OpenAIModel
 
-        url, _, model = spec.partition("#")
-        if not urllib.parse.urlsplit(url).hostname:  # named as given, not base_url
+    url, _, model = spec.partition("#")
+    remote = OpenAIModel(
+        model=model or "default", base_url=url, context_window=server_window(url)
+    )
+    default = None if remote.context_window else n_ctx
+    given = window if window is not None else default
+    yield remote, window_for(remote, given, field="--window")
+
+
+def model_kind(spec: str, field: str = "--model") -> str:
+    """What a model spec names: ``openai``, ``anthropic``, ``local`` or ``url``.
+
+    Checks the spec's form only: nothing is imported, started or reached.
+
+    Raises:
+        ConfigError: `spec` is none of the forms (named as `field`, with the
+            spec it is close to), or a URL without a host.
+    """
+    kind, _, name = spec.partition(":")
+    if kind in _KEYS and name.strip():
+        return kind
+    if spec == "local":
+        return spec
+    if spec.startswith(("http://", "https://")):
+        if not urllib.parse.urlsplit(spec.partition("#")[0]).hostname:
             raise ConfigError(
-                "--model", spec, "a base URL with a host (http://127.0.0.1:8080/v1)"
+                field, spec, "a base URL with a host (http://127.0.0.1:8080/v1)"
             )
-        remote = OpenAIModel(
-            model=model or "default", base_url=url, context_window=server_window(url)
-        )
-        default = None if remote.context_window else n_ctx
-        given = window if window is not None else default
-        yield remote, window_for(remote, given, field="--window")
-        return
+        return "url"
     expected = "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
     meant = _spec_meant(spec)
     if meant is not None:

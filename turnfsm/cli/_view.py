@@ -18,10 +18,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
+import attrs
+
 from turnfsm import _checks
 from turnfsm.cli._answer import AnswerCommand, run_answer
 from turnfsm.cli._errors import check_writable, count_option, explain
-from turnfsm.cli._run import AgentOptions, open_driver, run_async
+from turnfsm.cli._run import AgentOptions, model_kind, open_driver, run_async
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, shown, where
 from turnfsm.errors import ConfigError, CorruptRecord, SessionNotFound, StoreError
@@ -238,6 +240,12 @@ def _opener(options: AgentOptions) -> Callable[[], SessionStore]:
             if options.store is None and own is not None:
                 # A shipped store opens again on its next use once closed.
                 return lambda: own
+    elif options.model is not None:
+        # The options the page's commands build the agent from, checked now:
+        # the model's form only (it is not reached, nor started).
+        model_kind(options.model)
+        with open_driver(attrs.evolve(options, model=None), need_model=False):
+            pass
     spec = options.store
     return lambda: open_cli_store(spec, read_only=True)
 
