@@ -1395,13 +1395,19 @@ async def test_runs_continue_one_session_and_one_runs_at_a_time(
     ]
 
 
-async def test_a_durable_run_on_a_session_with_a_paused_run_is_refused(
-    temporal_client: Client, tmp_path: Path
+@pytest.mark.parametrize("holder", [None, "elsewhere:1:x"], ids=["paused", "held"])
+async def test_a_durable_run_on_a_session_with_an_open_run_is_refused(
+    temporal_client: Client, tmp_path: Path, holder: str | None
 ) -> None:
+    # Held: the run open in the log is another live process's. The refusal
+    # said it was paused or its process dead ("resume or abandon it
+    # first"), naming no process, while that process ran it.
     store = SQLiteStore(tmp_path / "p.db")
     agent = _asking("busy", store)
     paused = await agent.run("clean up")  # in-process, paused
     assert paused.outcome == "paused"
+    if holder is not None:
+        await store.acquire_lease(paused.session_id, holder, ttl=60)
     async with _served(temporal_client, agent) as queue:
         run = await start_durable(
             agent, "again", client=temporal_client, task_queue=queue
@@ -1409,8 +1415,14 @@ async def test_a_durable_run_on_a_session_with_a_paused_run_is_refused(
         with pytest.raises(SessionBusy) as caught:
             await run.result()
     assert caught.value.run_id == paused.run_id
-    # The refused workflow holds nothing: the paused run is answered here.
-    assert await store.lease_of(paused.session_id) is None
+    assert caught.value.owner == holder
+    if holder is not None:
+        assert caught.value.alive is True
+        assert f"is held by {holder!r}" in str(caught.value)
+    else:
+        # The refused workflow holds nothing: the paused run is answered here.
+        assert await store.lease_of(paused.session_id) is None
+    await _replays(await _history(temporal_client, run.workflow_id))
 
 
 async def test_a_paused_durable_run_is_answered_through_its_workflow_only(
@@ -1488,29 +1500,6 @@ async def test_a_durable_run_on_a_session_a_live_process_holds_is_refused(
             await run.result()
     assert caught.value.owner == "elsewhere:1:x"
     assert caught.value.alive is True
-
-
-async def test_a_durable_run_on_a_session_a_live_run_holds_names_its_process(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    # The log shows the run open: the refusal said it was paused or its
-    # process dead ("resume or abandon it first"), naming no process, while
-    # that process ran it.
-    store = SQLiteStore(tmp_path / "o.db")
-    agent = _asking("open", store)
-    paused = await agent.run("clean up")
-    assert paused.outcome == "paused"
-    await store.acquire_lease(paused.session_id, "elsewhere:1:x", ttl=60)
-    async with _served(temporal_client, agent) as queue:
-        run = await start_durable(
-            agent, "again", client=temporal_client, task_queue=queue
-        )
-        with pytest.raises(SessionBusy) as caught:
-            await run.result()
-    assert caught.value.run_id == paused.run_id
-    assert (caught.value.owner, caught.value.alive) == ("elsewhere:1:x", True)
-    assert "is held by 'elsewhere:1:x'" in str(caught.value)
-    await _replays(await _history(temporal_client, run.workflow_id))
 
 
 async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
