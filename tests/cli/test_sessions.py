@@ -857,8 +857,11 @@ def test_show_says_how_to_go_on_with_an_interrupted_run(
     # The commands carry the store they were read from, as the page's do:
     # without it, they read the default store, which has no such session.
     target = f"{sid} {run} --store {path}"
+    # And the options that build its agent: without them, `resume` is
+    # refused (the log does not say which agent ran it).
     assert (
-        f"    carry it on: turnfsm resume {target}, or end it: "
+        f"    carry it on: turnfsm resume {target} with the options that built "
+        "its agent (--agent MODULE:ATTR, or --model ...), or end it: "
         f"turnfsm abandon {target}\n"
     ) in out
     assert f"turnfsm resume {target}" in page

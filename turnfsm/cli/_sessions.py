@@ -496,9 +496,12 @@ def _show(
             print(f"    answer it: {answer_hint(run.waiting, words)}", file=out)
         elif run.outcome in ("interrupted", "running"):
             target = terminal_text(shlex.join([session.id, run.run_id, *flags]))
+            # The log does not say which agent ran it: resume is given its
+            # options, as `turnfsm run` was.
             print(
-                f"    carry it on: turnfsm resume {target}, or end it: "
-                f"turnfsm abandon {target}",
+                f"    carry it on: turnfsm resume {target} with the options that "
+                "built its agent (--agent MODULE:ATTR, or --model ...), or end "
+                f"it: turnfsm abandon {target}",
                 file=out,
             )
     passes = [(run.run_id, c) for run in runs for c in run.compactions]
