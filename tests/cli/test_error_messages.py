@@ -8,6 +8,7 @@ An output file that cannot be written is refused before the command works.
 from __future__ import annotations
 
 import errno
+import gzip
 import io
 import os
 import re
@@ -206,6 +207,21 @@ def test_a_file_that_is_no_session_log_is_named(
             "`turnfsm sessions export` writes it",
         }[" ".join(command)]
     )
+
+
+@pytest.mark.parametrize("command", [["replay"], ["sessions", "import"]])
+def test_a_compressed_log_is_not_said_changed_since(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # It was a corrupt record "written by another turnfsm version or changed
+    # since", after the advice to decompress it.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    Path("log.jsonl.gz").write_bytes(gzip.compress(b'{"format": "x"}\n'))
+    assert main([*command, "log.jsonl.gz"]) == 2
+    line = _one_line(capsys, " ".join(command), quiet=True)
+    assert "gzip-compressed data, not a log's text: decompress it first" in line
+    assert "changed since" not in line
 
 
 def test_eval_names_a_missing_probe_file_in_plain_words(

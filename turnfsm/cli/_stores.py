@@ -22,6 +22,7 @@ from turnfsm.persistence import (
     MemoryStore,
     SessionStore,
     SQLiteStore,
+    compressed,
     default_store_path,
     is_connection_string,
     meant_store,
@@ -170,9 +171,11 @@ def not_a_log(data: bytes | str) -> str | None:
 
     A session log is JSON (lines, or one document) that begins with ``{``;
     text that begins otherwise (a script, a CSV file) is no log, not a log
-    changed since. Bytes that are not UTF-8 are left to the log's reader,
-    which names compressed data and other encodings.
+    changed since, and nor is a compressed file. Other bytes that are not
+    UTF-8 are left to the log's reader, which names the byte.
     """
+    if isinstance(data, bytes) and (said := compressed(data)) is not None:
+        return f"it is {said}"
     try:
         text = data.decode() if isinstance(data, bytes) else data
     except UnicodeDecodeError:

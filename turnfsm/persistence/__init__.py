@@ -15,6 +15,9 @@ from turnfsm.persistence._context_settings import (
     ContextSettings,
     StrategyKind,
 )
+
+# For the commands (not in `__all__`): what a compressed log is.
+from turnfsm.persistence._jsonl import compressed as compressed
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
 from turnfsm.persistence._lease import Lease, LeasingStore
 

@@ -305,16 +305,26 @@ _COMPRESSED: Final = {
 """A compressed file's first bytes: its format, and the tool that decompresses it."""
 
 
-def _refuse_compressed(data: bytes) -> None:
-    """Refuse a compressed log by its format (it read as text that is not UTF-8)."""
+def compressed(data: bytes) -> str | None:
+    """What to do with `data` if it is compressed (by its first bytes), else None.
+
+    ``gzip-compressed data, not a log's text: decompress it first (gunzip
+    FILE)``.
+    """
     for magic, (kind, how) in _COMPRESSED.items():
         if data.startswith(magic):
-            raise CorruptRecord(
-                _LOG,
-                "line 1",
+            return (
                 f"{kind}-compressed data, not a log's text: decompress it first "
-                f"({how} FILE)",
+                f"({how} FILE)"
             )
+    return None
+
+
+def _refuse_compressed(data: bytes) -> None:
+    """Refuse a compressed log by its format (it read as text that is not UTF-8)."""
+    said = compressed(data)
+    if said is not None:
+        raise CorruptRecord(_LOG, "line 1", said)
 
 
 def _not_utf8(line: int, byte: int) -> CorruptRecord:
