@@ -189,6 +189,24 @@ def test_cache_payback_prices_every_pass_against_the_prompt_cache(
 
 
 @pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("0.8", "expected an int percentage in 0..100 (80, not 0.8)"),
+        ("abc", "expected an int percentage in 0..100, not 'abc'"),
+    ],
+)
+def test_a_threshold_that_is_no_whole_percentage_names_the_one_meant(
+    capsys: Capture, value: str, said: str
+) -> None:
+    # It said "invalid int value: '0.8'", though the docs warn: 80, not 0.8.
+    with pytest.raises(SystemExit) as exited:  # a usage error, as argparse's
+        main(["simulate", "ses_x", "--threshold", value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"turnfsm simulate: error: argument --threshold: {said}\n")
+
+
+@pytest.mark.parametrize(
     ("options", "said"),
     [
         ([], "no session 'ses_nope'"),

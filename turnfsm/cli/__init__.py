@@ -89,6 +89,23 @@ def _hint(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
     return ""
 
 
+def _percent(text: str) -> int:
+    """A percentage as a whole number: ``80``; ``0.8`` names the 80 it meant."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    expected = "expected an int percentage in 0..100"
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = 0.0
+    if 0 < fraction <= 1:
+        meant = f"{round(fraction * 100)}, not {text}"
+        raise argparse.ArgumentTypeError(f"{expected} ({meant})")
+    raise argparse.ArgumentTypeError(f"{expected}, not {text!r}")
+
+
 def _path(text: str) -> str:
     """A file or directory an option names: refused when blank.
 
@@ -990,7 +1007,7 @@ def _simulate_parser(sub: Any) -> None:
         "--window", type=int, metavar="TOKENS", help="the context window"
     )
     simulate.add_argument(
-        "--threshold", type=int, metavar="PCT", help="the threshold line, in %%"
+        "--threshold", type=_percent, metavar="PCT", help="the threshold line, in %%"
     )
     simulate.add_argument(
         "--machine",
