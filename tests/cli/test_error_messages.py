@@ -184,44 +184,45 @@ def test_replay_of_a_session_id_given_as_its_log_says_to_use_session(
     assert "--session ses_0123" in line
 
 
+_NOT_LOGS = {
+    "notes.py": "\ufeff\nprint('hello')\n".encode(),
+    "log.jsonl.gz": gzip.compress(b'{"format": "x"}\n'),
+}
+_WHY = {
+    "notes.py": "its first line is not JSON: \"print('hello')\"",
+    "log.jsonl.gz": "it is gzip-compressed data, not a log's text: decompress it "
+    "first (gunzip FILE)",
+}
+
+
+@pytest.mark.parametrize("name", list(_NOT_LOGS))
 @pytest.mark.parametrize("command", [["replay"], ["sessions", "import"]])
 def test_a_file_that_is_no_session_log_is_named(
-    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, command: list[str]
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    name: str,
 ) -> None:
     # It said "corrupt session log record at line 1: ...", naming no file;
     # then, naming it, that it "was written by another turnfsm version or
-    # changed since", of a file that never was a log.
+    # changed since", of a file that never was a log (a compressed one too,
+    # after the advice to decompress it).
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
-    Path("notes.py").write_text("\ufeff\nprint('hello')\n")
-    assert main([*command, "notes.py"]) == 2
+    Path(name).write_bytes(_NOT_LOGS[name])
+    assert main([*command, name]) == 2
     line = _one_line(capsys, " ".join(command), quiet=True)
+    export = "`turnfsm sessions export` writes it"
     assert (
         line
         == {
-            "replay": "turnfsm replay: invalid LOG='notes.py': expected a session log, "
-            "as `turnfsm sessions export` writes it (its first line is not JSON: "
-            "\"print('hello')\")",
-            "sessions import": "turnfsm sessions import: notes.py is not a session log "
-            "(its first line is not JSON: \"print('hello')\"): expected one, as "
-            "`turnfsm sessions export` writes it",
+            "replay": f"turnfsm replay: invalid LOG={name!r}: expected a session log, "
+            f"as {export} ({_WHY[name]})",
+            "sessions import": f"turnfsm sessions import: {name} is not a session log "
+            f"({_WHY[name]}): expected one, as {export}",
         }[" ".join(command)]
     )
-
-
-@pytest.mark.parametrize("command", [["replay"], ["sessions", "import"]])
-def test_a_compressed_log_is_not_said_changed_since(
-    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, command: list[str]
-) -> None:
-    # It was a corrupt record "written by another turnfsm version or changed
-    # since", after the advice to decompress it.
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
-    Path("log.jsonl.gz").write_bytes(gzip.compress(b'{"format": "x"}\n'))
-    assert main([*command, "log.jsonl.gz"]) == 2
-    line = _one_line(capsys, " ".join(command), quiet=True)
-    assert "gzip-compressed data, not a log's text: decompress it first" in line
-    assert "changed since" not in line
 
 
 def test_eval_names_a_missing_probe_file_in_plain_words(
