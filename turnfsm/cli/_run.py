@@ -273,7 +273,7 @@ def open_driver(
             )
         yield _driver(NoModel(), None, tools, machine, options), None
         return
-    if options.n_ctx is not None and options.model.partition(":")[0] in _KEYS:
+    if options.n_ctx is not None and model_kind(options.model) in _KEYS:
         raise ConfigError(
             "--n-ctx",
             options.n_ctx,

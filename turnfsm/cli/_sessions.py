@@ -33,6 +33,7 @@ from turnfsm.cli._errors import (
     terminal_text,
 )
 from turnfsm.cli._run import (
+    AgentOptions,
     answer_hint,
     call_text,
     open_run_only,
@@ -45,7 +46,6 @@ from turnfsm.cli._stores import (
     is_store_file,
     not_a_log,
     open_cli_store,
-    shown,
     unchecked_log_note,
     where,
 )
@@ -141,14 +141,14 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
                 out=out,
             )
         session = await _session(store, str(command.session_id))
+        # What the commands it prints repeat (a password shown as PASSWORD).
+        flags = AgentOptions(store=command.store).store_flags()
         if command.action == "compact":
-            flags = _store_flags(command.store)
             return await _compact(
                 session, command.agent, out, force=command.force, flags=flags
             )
         if command.action == "show":
             held = await holder_of(session, store)
-            flags = _store_flags(command.store)
             code = _show(session, store, out, held=held, flags=flags)
             try:
                 await show_links(session, store, out)
@@ -158,18 +158,11 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             return code
         if command.action == "export":
             code = _export(session, command.format, command.out, out)
-            flags = _store_flags(command.store)
             await _left_out(session, store, flags, out if command.out else sys.stderr)
             return code
-        flags = _store_flags(command.store)
         return await _reset_breaker(store, session, out, flags)
     finally:
         await close_store(store)
-
-
-def _store_flags(store: str | None) -> list[str]:
-    """The ``--store`` a printed command repeats (a password shown as PASSWORD)."""
-    return ["--store", shown(store)] if store else []
 
 
 async def _compact(

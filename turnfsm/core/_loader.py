@@ -80,7 +80,7 @@ def load_spec(
     """
     spec = _Loader(data, source, lines or {}, resolve, recorded=recorded).load()
     if not recorded:
-        _passed(spec)
+        _PASSED.put(spec, True)
     return spec
 
 
@@ -88,15 +88,11 @@ _PASSED: Final[IdentityMap[MachineSpec, bool]] = IdentityMap()
 """The live specs that passed the checks (the loader made them)."""
 
 
-def _passed(spec: MachineSpec) -> None:
-    _PASSED.put(spec, True)
-
-
 def validated(spec: MachineSpec) -> MachineSpec:
     """Return `spec` once it passed the checks (see `MachineSpec.validated`)."""
     if _PASSED.get(spec) is None:
         load_spec(spec.to_dict(), f"<MachineSpec {spec.name!r}>")
-        _passed(spec)
+        _PASSED.put(spec, True)
     return spec
 
 

@@ -410,15 +410,14 @@ async def load_log(request: dict[str, Any]) -> dict[str, Any]:
     session_id = request["session_id"]
     async with _beating():
         entries = await store.load(session_id)
-        held = await _held_by(store, session_id)
-    envelopes = [serde.envelope(e) for e in entries[request.get("start", 0) :]]
-    budget = request.get("budget")
-    read: dict[str, Any] = {"entries": envelopes}
-    if budget is not None:
-        kept = fitting(envelopes, budget)
-        read = {"entries": envelopes[:kept], "more": kept < len(envelopes)}
-    if held is not None:
-        read["held"] = held
+        envelopes = [serde.envelope(e) for e in entries[request.get("start", 0) :]]
+        budget = request.get("budget")
+        read: dict[str, Any] = {"entries": envelopes}
+        if budget is not None:
+            kept = fitting(envelopes, budget)
+            read = {"entries": envelopes[:kept], "more": kept < len(envelopes)}
+        if not read.get("more") and (held := await _held_by(store, session_id)):
+            read["held"] = held  # with the last part, which the workflow keeps
     return read
 
 
