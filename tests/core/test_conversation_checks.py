@@ -712,6 +712,36 @@ def test_a_review_of_the_calls_before_the_tools_run_will_do() -> None:
     assert MachineSpec.from_toml(text).name == "turn"
 
 
+@pytest.mark.parametrize(
+    ("trigger", "dest"),
+    [
+        ("compaction_noop", "start"),
+        ("measured", "call_llm"),
+        ("output_rejected", "start"),
+    ],
+)
+def test_an_effect_s_own_event_that_leaves_the_calls_unanswered_is_refused(
+    trigger: str, dest: str
+) -> None:
+    # An effect may return any event: one named on the way out of the phase
+    # the reply's calls reach went on with them unanswered, and every run
+    # whose model asked for a tool failed there.
+    text = edit(STOCK, "[states]\n", '[states]\ncheck = { effect = "check" }\n')
+    text = edit(text, 'call_llm"\ndest = "run_tools"', 'call_llm"\ndest = "check"')
+    text += (
+        '\n[[transitions]]\ntrigger = "tool_calls_reviewed"\nsource = "check"\n'
+        'dest = "run_tools"\nactions = ["record_review"]\n'
+        f'\n[[transitions]]\ntrigger = "{trigger}"\nsource = "check"\n'
+        f'dest = "{dest}"\n'
+    )
+
+    last = text.rindex("[[transitions]]")  # the one out of the effect's phase
+    assert (
+        text.count("\n", 0, last) + 1,
+        leaves("check", trigger, dest, "'call_llm' -> 'check'", "check"),
+    ) in problems_of(text)
+
+
 def test_a_review_of_replies_without_calls_written_first_will_do() -> None:
     # Every final answer is reviewed (a message injected meanwhile is heard
     # after the review); the replies with calls go on to the tools.

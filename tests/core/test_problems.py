@@ -189,6 +189,13 @@ def line_with(text: str, marker: str) -> int:
             "terminal",
         ),
         ("[states]", "[state]", "[state]", "unknown key 'state'", "states"),
+        (
+            'error = "cancelled"\n',
+            'error = "cancelled"\n\nversion = 2\n',
+            "version =",
+            "unknown key 'version'",
+            "reason",
+        ),
     ],
     ids=[
         "guard",
@@ -214,6 +221,9 @@ def line_with(text: str, marker: str) -> int:
         "top-key-initial",
         "top-key-terminal",
         "top-key-states",
+        # A key of its own at the end of the file is the last transition's:
+        # it was read as that transition's reason too, and reported as one.
+        "key-after-the-last-transition",
     ],
 )
 def test_a_typo_is_one_problem_on_its_line(
@@ -607,3 +617,20 @@ def load_or_problems(data: dict[str, Any]) -> MachineSpec | tuple[Problem, ...]:
         return MachineSpec.from_dict(data)
     except DefinitionError as error:
         return error.problems
+
+
+def test_a_wildcard_among_phases_is_named_as_one() -> None:
+    # It was reported as an unknown phase '*', which it is not.
+    text = edit(
+        STOCK,
+        'source = "run_tools"\ndest = "start"',
+        'source = ["*", "run_tools"]\ndest = "start"',
+    )
+
+    (problem,) = problems_of(text)
+
+    assert problem.message == (
+        "transition #14 (tools_finished): '*' (every phase) is a source on its"
+        ' own: write source = "*", or list the phases'
+    )
+    assert (problem.field, problem.value) == ("transitions[13].source[0]", "*")

@@ -457,6 +457,27 @@ def test_odd_phase_names_are_escaped() -> None:
     assert '  "start" -> "say \\"hi\\"" [label="measured"];' in dot.splitlines()
 
 
+def test_no_phase_name_merges_with_another_node() -> None:
+    # A phase named `__start` was drawn as the start marker (a loop onto
+    # itself, one node fewer), and one named as an escaped name is escaped
+    # too, so it is not drawn as the phase `end`.
+    toml = re.sub(r"\bstart\b", "__start", ODD).replace('say \\"hi\\"', "phase_656e64")
+    spec = MachineSpec.from_toml(toml)
+
+    mermaid, dot = render_mermaid(spec), render_dot(spec)
+
+    assert "    ___start(( )) --> __start" in mermaid
+    assert '    __start("__start<br/>/measure")' in mermaid
+    assert '    phase_656e64(["end<br/>/finish"])' in mermaid
+    hexed = "phase_" + b"phase_656e64".hex()
+    assert f'    {hexed}("phase_656e64<br/>/effect greet")' in mermaid
+    assert '    ___any_failed["any phase"]:::any' in mermaid
+    assert '  "___start" -> "__start";' in dot.splitlines()
+    assert '  "___any_failed" [shape=plaintext' in dot
+    declared = re.findall(r"^    (\w+)[(\[]", mermaid, re.MULTILINE)
+    assert len(declared) == len(set(declared)) == len(spec.phases) + 2
+
+
 def test_markup_in_a_name_is_drawn_as_text_not_read_as_html() -> None:
     # Mermaid reads its labels as HTML: a phase named `<b>x</b>` was drawn
     # bold, and an `<img ...>` in a name was markup in the page.

@@ -181,6 +181,12 @@ def _check_calls_run(
     answering = {
         p for p, k in kinds.items() if k not in _LEAVES_CALLS_OPEN and p not in fails
     }
+    effects = {s.name for s in spec.states if s.decision is None and not s.subagent}
+
+    def may_come(phase: str, t: TransitionSpec) -> bool:
+        effect = phase in effects and not t.is_wildcard
+        return _may_come(kinds[phase], t.trigger, effect=effect)
+
     # Each phase a reply's calls may reach unanswered -> the phase they came
     # from, and whether that is the model-call phase that replied.
     ways: dict[str, tuple[str, bool]] = {}
@@ -196,11 +202,7 @@ def _check_calls_run(
     while reached:  # and the phases reached from them before the calls ran
         phase = reached.popleft()
         for t in leaving.get(phase, ()):
-            if (
-                _may_come(kinds[phase], t.trigger)
-                and t.dest in answering
-                and t.dest not in ways
-            ):
+            if may_come(phase, t) and t.dest in answering and t.dest not in ways:
                 ways[t.dest] = (phase, False)
                 reached.append(t.dest)
     for t in spec.transitions:
@@ -211,11 +213,7 @@ def _check_calls_run(
         if into not in _LEAVES_CALLS_OPEN:
             continue
         held = next(
-            (
-                p
-                for p in t.sources
-                if p in ways and p != dest and _may_come(kinds[p], t.trigger)
-            ),
+            (p for p in t.sources if p in ways and p != dest and may_come(p, t)),
             None,
         )
         if held is None:
@@ -232,16 +230,20 @@ _STEPS_OWN: Final = frozenset(
 """The triggers only a built-in step feeds (`tools_finished`: the calls ran)."""
 
 
-def _may_come(kind: str | None, trigger: str) -> bool:
+def _may_come(kind: str | None, trigger: str, *, effect: bool = False) -> bool:
     """Whether `trigger` may come, with a reply's calls open, in a phase of `kind`.
 
     An injection comes anywhere; a review or a signal comes in a phase that
     pauses or runs an effect; a built-in step's outcome comes only out of
     its own step (a ``source = "*"`` transition on one names phases it never
-    comes in), and `tools_finished` means the calls ran.
+    comes in), or out of an `effect` of the user's (which may return any
+    event) named as the transition's source; `tools_finished` means the
+    calls ran.
     """
     if trigger == "message_injected":
         return True
+    if effect:
+        return trigger != "tools_finished"
     return kind != "run_tools" and trigger not in _STEPS_OWN
 
 

@@ -252,7 +252,7 @@ class _Loader(TransitionReader):
                 self.problem(
                     f"state {name!r}: unknown key {key!r}", (*at, key), key, _STATE_KEYS
                 )
-            body = self.read_keys(body, _STATE_KEYS)
+            body = self.read_keys(body, _STATE_KEYS, at)
             on_enter = tuple(
                 self._str_list(
                     body.get("on_enter", []), f"{name}.on_enter", (*at, "on_enter")

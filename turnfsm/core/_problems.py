@@ -56,6 +56,8 @@ class ProblemLog:
         """Each `TransitionSpec` built (by `id`): its index in the file."""
         self.graph_starts = 0
         """How many problems the entries had when the graph checks began."""
+        self.guesses: set[Path] = set()
+        """The paths of the keys read under a guess at a misspelt one (`read_keys`)."""
         self.guessed: set[int] = set()
         """The transitions (by `id`) whose misspelt dest was read as a guess."""
         self.suggested: dict[tuple[str, int], tuple[str | None, Collection[str]]] = {}
@@ -85,12 +87,14 @@ class ProblemLog:
         return self.closest(name, known)
 
     def read_keys(
-        self, body: Mapping[str, Any], known: Collection[str]
+        self, body: Mapping[str, Any], known: Collection[str], at: Path = ()
     ) -> dict[str, Any]:
-        """`body` with each unknown key also read under the known key closest to it.
+        """`body` (at `at`), each unknown key also read as the known one closest.
 
         Only when that key is not given too: ``on_entre = [...]`` is read as
-        ``on_enter``, so the checks of what it holds see it.
+        ``on_enter``, so the later checks see what it holds. What is wrong
+        with it there is not reported: the file never wrote that key (one
+        typo, one problem: the unknown key, with its suggestion).
         """
         read = dict(body)
         for key in body:
@@ -98,6 +102,7 @@ class ProblemLog:
                 close = self.closest(key, known)
                 if close is not None and close not in body:
                     read[close] = body[key]
+                    self.guesses.add((*at, close))
         return read
 
     def read_as(
@@ -116,6 +121,8 @@ class ProblemLog:
         """Report `message` about the value at path `at`; suggest from `known`."""
         if message in self.messages:
             return  # two transitions of one group, one fix
+        if any(at[: len(g)] == g for g in self.guesses):
+            return  # a key the file misspelt: its unknown key is the problem
         self.messages.add(message)
         self.problems.append(
             Problem(

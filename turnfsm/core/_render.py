@@ -34,7 +34,8 @@ EdgeKey: TypeAlias = tuple[int, str]
 """A transition as drawn: its index in the machine file and the phase it left."""
 
 _WRAP: Final = 24
-_ANY: Final = "__any_"  # + the destination: the "any phase" of wildcard edges
+_ANY: Final = "any_"  # after the reserved prefix, + the destination: the
+# "any phase" of wildcard edges
 _GREY: Final = "#8c8c8c"  # failure edges
 _FADED: Final = "#c4c4c4"  # everything a path did not take
 _HEAT: Final = ("#fd8d3c", "#fc4e2a", "#e31a1c", "#b10026")  # ColorBrewer YlOrRd
@@ -156,7 +157,7 @@ def _edges(spec: MachineSpec, traffic: Mapping[EdgeKey, Traffic]) -> list[_Edge]
             else:
                 rest.append(source)
         if t.dest is not None and rest:
-            for source in [_ANY + t.dest] if t.is_wildcard else rest:
+            for source in [_any(spec, t.dest)] if t.is_wildcard else rest:
                 pairs.setdefault((source, t.dest), []).append((index, t))
     # Pairs that list the same transitions into the same phase share an edge.
     shared: dict[tuple[str, tuple[tuple[int, TransitionSpec], ...]], list[str]] = {}
@@ -208,8 +209,27 @@ def _what(spec: MachineSpec, phase: str) -> str:
     return state.decision if state.decision is not None else f"effect {state.effect}"
 
 
-def _anys(edges: list[_Edge]) -> list[str]:
-    return sorted({s for e in edges for s in e.sources if s.startswith(_ANY)})
+def _reserved(spec: MachineSpec) -> str:
+    """The prefix of the drawing's own nodes: one no phase of `spec` starts with.
+
+    The start marker, the junction points and the "any phase" nodes are
+    named after it, so no phase name (``__start`` is one) can merge with them.
+    """
+    prefix = "__"
+    while any(phase.startswith(prefix) for phase in spec.phases):
+        prefix += "_"
+    return prefix
+
+
+def _any(spec: MachineSpec, dest: str) -> str:
+    """The node of the "any phase" whose wildcard edges go into `dest`."""
+    return f"{_reserved(spec)}{_ANY}{dest}"
+
+
+def _anys(spec: MachineSpec, edges: list[_Edge]) -> list[str]:
+    """The "any phase" nodes of `edges` (the wildcard transitions' sources)."""
+    phases = set(spec.phases)
+    return sorted({s for e in edges for s in e.sources if s not in phases})
 
 
 def _top(traffic: Mapping[EdgeKey, Traffic]) -> int:
@@ -255,6 +275,11 @@ def _dot_edge(
     ]
 
 
+def _dest_of(spec: MachineSpec, node: str) -> str:
+    """The phase an "any phase" `node` leads into."""
+    return node[len(_reserved(spec)) + len(_ANY) :]
+
+
 def _dot_nodes(spec: MachineSpec, visited: set[str], anys: list[str]) -> list[str]:
     lines = []
     for phase in spec.phases:
@@ -270,7 +295,7 @@ def _dot_nodes(spec: MachineSpec, visited: set[str], anys: list[str]) -> list[st
         for node in anys
     ]
     # The terminal phases, and "any phase" beside them, sit on the bottom rank.
-    sink = [*spec.terminal, *(n for n in anys if n[len(_ANY) :] in spec.terminal)]
+    sink = [*spec.terminal, *(n for n in anys if _dest_of(spec, n) in spec.terminal)]
     lines.append("  { rank=sink; " + " ".join(f'"{_q(p)}";' for p in sink) + " }")
     return lines
 
@@ -311,15 +336,17 @@ def render_dot(
     ]
     if title is not None:
         lines.append(f'  labelloc=t; fontname="Helvetica"; label="{_q(title)}";')
-    lines.append('  "__start" [shape=point, label=""];')
-    lines.append(f'  "__start" -> "{_q(spec.initial)}";')
-    lines += _dot_nodes(spec, visited, _anys(edges))
+    start = _q(_reserved(spec) + "start")
+    lines.append(f'  "{start}" [shape=point, label=""];')
+    lines.append(f'  "{start}" -> "{_q(spec.initial)}";')
+    lines += _dot_nodes(spec, visited, _anys(spec, edges))
     for number, edge in enumerate(edges):
         pen = _pen(edge, _top(traffic), bool(visited))
         link = None
         if href is not None and edge.traffic is not None:
             link = href(edge.first, edge.sources[0])
-        lines += _dot_edge(edge, pen, f"__junction_{number}", link)
+        junction = f"{_reserved(spec)}junction_{number}"
+        lines += _dot_edge(edge, pen, junction, link)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -331,13 +358,22 @@ _MERMAID_WORDS: Final = frozenset(
     | {"click", "linkstyle", "direction", "default", "call", "href"}
 )
 _MERMAID_ID: Final = re.compile(r"[A-Za-z0-9_]+")
+_ESCAPED: Final = "phase_"  # + the name's UTF-8 in hex: an id of an odd name
 
 
 def _mid(name: str) -> str:
-    """A Mermaid node id for the phase `name` (keywords and odd names escaped)."""
-    if _MERMAID_ID.fullmatch(name) and name.lower() not in _MERMAID_WORDS:
+    """A Mermaid node id for the phase `name` (keywords and odd names escaped).
+
+    A name that starts as an escaped one does (``phase_``) is escaped too,
+    so that two phases never share an id.
+    """
+    if (
+        _MERMAID_ID.fullmatch(name)
+        and name.lower() not in _MERMAID_WORDS
+        and not name.startswith(_ESCAPED)
+    ):
         return name
-    return "phase_" + name.encode().hex()
+    return _ESCAPED + name.encode().hex()
 
 
 _MERMAID_ENTITIES: Final = str.maketrans(
@@ -359,7 +395,9 @@ def _mermaid_style(pen: _Pen) -> str | None:
     return ",".join(parts) or None
 
 
-def _mermaid_edges(edges: list[_Edge], top: int, is_overlay: bool) -> list[str]:
+def _mermaid_edges(
+    edges: list[_Edge], top: int, is_overlay: bool, reserved: str
+) -> list[str]:
     """The edges, then a ``linkStyle`` for each one drawn other than plain."""
     lines, styles, link = [], [], 1  # link 0 is the arrow into the initial phase
     for number, edge in enumerate(edges):
@@ -369,7 +407,7 @@ def _mermaid_edges(edges: list[_Edge], top: int, is_overlay: bool) -> list[str]:
         links = []
         source = _mid(edge.sources[0])
         if len(edge.sources) > 1:
-            source = f"__junction_{number}"
+            source = f"{reserved}junction_{number}"
             lines.append(f"    {source}(( ))")
             for s in edge.sources:
                 lines.append(f"    {_mid(s)} {leg} {source}")
@@ -412,13 +450,13 @@ def render_mermaid(
     heading = title or f"{spec.name} (generated from {_file_of(spec)}; do not edit)"
     quoted = heading.replace("\\", "\\\\").replace('"', '\\"')  # a YAML string
     lines = ["---", f'title: "{quoted}"', "---", "flowchart TB"]
-    lines.append(f"    __start(( )) --> {_mid(spec.initial)}")
+    lines.append(f"    {_reserved(spec)}start(( )) --> {_mid(spec.initial)}")
     for phase in spec.phases:
         text = f"{_mtext(phase)}<br/>/{_mtext(_what(spec, phase))}"
         shape = f'(["{text}"])' if phase in spec.terminal else f'("{text}")'
         lines.append(f"    {_mid(phase)}{shape}")
-    lines += [f'    {_mid(node)}["any phase"]:::any' for node in _anys(edges)]
-    lines += _mermaid_edges(edges, _top(traffic), bool(visited))
+    lines += [f'    {_mid(node)}["any phase"]:::any' for node in _anys(spec, edges)]
+    lines += _mermaid_edges(edges, _top(traffic), bool(visited), _reserved(spec))
     lines.append(f"    classDef any fill:none,stroke:none,color:{_GREY}")
     for phase in spec.phases:
         if phase in visited:

@@ -129,7 +129,7 @@ class TransitionReader(ProblemLog):
             self.problem(
                 f"{where}: unknown key {key!r}", (*at, key), key, _TRANSITION_KEYS
             )
-        body = self.read_keys(body, _TRANSITION_KEYS)
+        body = self.read_keys(body, _TRANSITION_KEYS, at)
         written = body.get("trigger")
         trigger = self._trigger(written, where, at, signals)
         where = f"{where} ({written})"
@@ -293,6 +293,14 @@ class TransitionReader(ProblemLog):
             self.problem(f"{where}: no source phase", (*at, "source"))
         live: dict[str, None] = {}  # in file order, each once
         for j, src in enumerate(written):
+            if src == WILDCARD:
+                self.problem(
+                    f"{where}: {WILDCARD!r} (every phase) is a source on its own:"
+                    f' write source = "{WILDCARD}", or list the phases',
+                    (*at, "source", j),
+                    src,
+                )
+                continue
             if src not in names:
                 self.problem(
                     f"{where}: unknown source phase {src!r}",
