@@ -11,7 +11,13 @@ import pytest
 from turnfsm import Agent
 from turnfsm.context import CompactionContext, CompactionProposal, ContextManager
 from turnfsm.driver import Driver, RetryPolicy, RunControl, Session
-from turnfsm.errors import CompactionFailed, InvalidMessage, ProviderError, SessionBusy
+from turnfsm.errors import (
+    CompactionFailed,
+    ConfigError,
+    InvalidMessage,
+    ProviderError,
+    SessionBusy,
+)
 from turnfsm.messages import Message, ToolCallPart, check_history
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
@@ -262,3 +268,51 @@ async def test_a_run_input_that_is_no_message_says_what_was_expected(
     with pytest.raises(InvalidMessage) as caught:
         await Agent(model=ScriptedModel.of("x")).run(given)  # type: ignore[arg-type]
     assert str(caught.value) == message
+
+
+async def test_a_setting_changed_on_a_built_driver_is_the_one_runs_use() -> None:
+    # It was checked, accepted, and ignored: a run made 3 model calls under
+    # max_turns=1, and a tool taken away ran twice.
+    ran: list[str] = []
+
+    def lookup() -> str:
+        """Look something up."""
+        ran.append("lookup")
+        return "found"
+
+    model = ScriptedModel.of(
+        reply("", tool_call("lookup", "c1")), reply("", tool_call("lookup", "c2")), "ok"
+    )
+    driver = Driver(model=model, tools=[lookup])
+
+    driver.max_turns = 1
+    driver.tools = []
+    result = await driver.run("go")
+
+    assert (driver.budget.max_turns, result.outcome, result.turns) == (1, "failed", 1)
+    assert ran == []
+    assert not model.requests[0].tools
+
+
+def test_a_window_changed_on_a_built_driver_is_its_manager_s() -> None:
+    driver = Driver(model=ScriptedModel.of("ok"), context_window=8_000)
+
+    driver.context_window = 4_000
+
+    assert driver.context is not None
+    assert (driver.context.window, driver.budget.context_window) == (4_000, 4_000)
+
+
+def test_a_setting_the_constructor_would_refuse_changes_nothing() -> None:
+    driver = Driver(
+        model=ScriptedModel.of("ok"), context_window=8_000, max_output_tokens=1_000
+    )
+
+    with pytest.raises(ConfigError, match="max_output_tokens=1000"):
+        driver.context_window = 500
+    with pytest.raises(ConfigError, match="max_turns=-5"):
+        driver.max_turns = -5
+
+    assert driver.context is not None
+    assert (driver.context_window, driver.context.window) == (8_000, 8_000)
+    assert driver.max_turns == driver.budget.max_turns == 50

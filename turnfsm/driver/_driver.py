@@ -297,11 +297,48 @@ def _check_reply_budget(budget: int | None, window: int) -> None:
         )
 
 
+def _rebuilt(driver: Driver, attribute: attrs.Attribute[Any], value: Any) -> Any:
+    """Set a setting of a built `driver` as its constructor would take it.
+
+    What the driver built from its settings (the tools by name, their
+    schemas, the limits, the window) is built again, so the next run uses
+    the new value; a value the constructor would refuse beside the others
+    (a reply budget over a smaller window) is refused, and nothing changes.
+    Its private state (`init=False`) is set as it is.
+    """
+    if not attribute.init or attribute.alias is None:
+        return value
+    changes: dict[str, Any] = {attribute.alias: value}
+    context = driver.context
+    if (
+        attribute.name == "context_window"
+        and context is not None
+        and context.context_window == driver.context_window
+    ):
+        # The manager took the driver's window: it takes the new one.
+        changes["context"] = attrs.evolve(context, context_window=0)
+    fresh = attrs.evolve(driver, **changes)
+    for field in attrs.fields(Driver):
+        if not field.init and field.name not in ("_meter", "_compacting"):
+            object.__setattr__(driver, field.name, getattr(fresh, field.name))
+    object.__setattr__(driver, "_compacting", None)  # made again from the new
+    object.__setattr__(driver, "context", fresh.context)
+    return fresh.context if attribute.name == "context" else value
+
+
 @final
 @_checks.keyword_checked(hint=context_hint)
-@attrs.define(eq=False, kw_only=True)
+@attrs.define(
+    eq=False,
+    kw_only=True,
+    on_setattr=[attrs.setters.convert, attrs.setters.validate, _rebuilt],
+)
 class Driver:
     """Runs the Turn FSM against a model, tools and a context manager.
+
+    A setting changed on a built driver (``driver.max_turns = 10``) is
+    checked as the constructor checks it, beside the others, and the next
+    run uses it; a run already running keeps the settings it began with.
 
     Attributes:
         model: the `ModelClient` to call.
@@ -481,8 +518,9 @@ class Driver:
         _quiet_transitions()  # its machine's steps are the trace's, not the log's
         # The window: the model's known one unless given; refused if larger.
         if self.context is not None:
-            self.context = _windowed(self.context, self.context_window)
-            self.context = self.context.for_model(self.model)
+            context = _windowed(self.context, self.context_window)
+            # Not through the setter: it builds a driver again from this one.
+            object.__setattr__(self, "context", context.for_model(self.model))
         elif self.context_window:
             window_for(self.model, self.context_window)
         window = (
