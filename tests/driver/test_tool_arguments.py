@@ -686,6 +686,62 @@ def test_a_schema_naming_a_parameter_the_function_lacks_is_a_config_error() -> N
     )
 
 
+def test_a_required_name_the_function_lacks_is_a_config_error() -> None:
+    # Every call failed: without it the schema refused the call, with it the
+    # function did ("got an unexpected keyword argument 'height'").
+    with pytest.raises(ConfigError) as caught:
+        Tool(
+            name="resize",
+            description="d",
+            parameters={
+                "type": "object",
+                "properties": {"width": {"type": "integer"}},
+                "required": ["width", "height"],
+            },
+            fn=_resize,
+        )
+    assert caught.value.field == "Tool('resize').parameters.required"
+    assert str(caught.value) == (
+        "invalid Tool('resize').parameters.required=['width', 'height']: expected"
+        " names of parameters the function takes (_resize takes width, unit; it"
+        " does not take 'height')"
+    )
+
+
+def test_a_parameter_the_schema_leaves_out_is_a_config_error() -> None:
+    # The model was never told of `width`, and every call failed with
+    # "missing 1 required positional argument".
+    with pytest.raises(ConfigError) as caught:
+        Tool(name="resize", description="d", parameters={"type": "object"}, fn=_resize)
+    assert str(caught.value) == (
+        "invalid Tool('resize').parameters.properties={}: expected a property"
+        " 'width': _resize takes it with no default"
+    )
+
+
+def test_a_default_that_is_no_value_of_its_parameter_is_a_tool_error() -> None:
+    def pick(count: int = "all", mode: Literal["a", "b"] = "a") -> str:  # type: ignore[assignment]
+        """Pick."""
+        return f"{count}{mode}"
+
+    def choose(mode: Literal["a", "b"] = "c", limit: int = None) -> str:  # type: ignore[assignment]  # noqa: RUF013
+        """Choose."""
+        return mode
+
+    with pytest.raises(ToolError, match="parameter 'count' \\('all'\\) is no value"):
+        Tool.from_function(pick)
+    with pytest.raises(ToolError, match="parameter 'mode' \\('c'\\) is no value"):
+        Tool.from_function(choose)
+
+
+def test_a_default_of_none_is_taken_as_not_given() -> None:
+    def page(limit: int = None, offset: float = 0) -> str:  # type: ignore[assignment]  # noqa: RUF013
+        """Page."""
+        return f"{limit}{offset}"
+
+    assert Tool.from_function(page).name == "page"
+
+
 def test_a_schema_the_function_takes_is_a_tool() -> None:
     Tool(
         name="resize",

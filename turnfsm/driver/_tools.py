@@ -119,8 +119,9 @@ class Tool:
         ConfigError: `parameters` is not a mapping of JSON values (None, a
             set, an object, NaN, nested over 100 deep: the error names the
             value inside, ``Tool('t').parameters.properties.a.default``), or
-            not a valid JSON schema of an object, or names a property `fn`
-            does not take (without `structure`); `name` or `description`
+            not a valid JSON schema of an object, or (without `structure`)
+            names a property or a required name `fn` does not take, or
+            leaves out a parameter `fn` takes with no default; `name` or `description`
             is not a string, `fn` (or `structure`) is not callable, or
             `in_subprocess` is not True or False (the error names the
             tool's field: ``Tool('t').fn``).
@@ -241,7 +242,8 @@ class Tool:
 
         Raises:
             ToolError: a parameter has no annotation, an unsupported one or
-                one naming something that does not exist, or `in_subprocess`
+                one naming something that does not exist, or a default that
+                is no value of it (``x: int = "all"``), or `in_subprocess`
                 is set for a function a child process cannot import.
             ConfigError: `fn` is not callable, or an option is of the wrong
                 type (`Tool` names the field).
@@ -262,7 +264,7 @@ class Tool:
                 "one, function_tool(fn, name='...') or "
                 "Tool.from_function(fn, name='...')",
             )
-        return cls(
+        tool = cls(
             name=tool_name,
             description=description or summary or tool_name,
             parameters=parameters,
@@ -271,6 +273,8 @@ class Tool:
             in_subprocess=in_subprocess,
             idempotent=idempotent,
         )
+        _check_defaults(tool)
+        return tool
 
     @property
     def schema(self) -> ToolSchema:
@@ -320,32 +324,90 @@ class Tool:
             raise InvalidArguments(problems_of_structuring(exc)) from exc
 
 
-def _check_takes(name: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:
-    """Refuse a schema naming an argument `fn` cannot take: each call giving it fails.
+_BY_NAME: Final = (
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.KEYWORD_ONLY,
+)
 
-    Each property must be a parameter `fn` takes by name, unless it takes
-    ``**kwargs``. A function whose signature cannot be read is taken on trust.
+
+def _check_takes(name: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:
+    """Refuse a schema that does not fit `fn`: some call of it would fail.
+
+    Each property, and each required name, must be a parameter `fn` takes
+    by name, unless it takes ``**kwargs``; each parameter `fn` takes with
+    no default must be a property. A function whose signature cannot be
+    read is taken on trust.
     """
-    properties = schema.get("properties")
-    if not isinstance(properties, Mapping) or not properties:
-        return
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return
+    named = [p.name for p in params if p.kind in _BY_NAME]
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        properties = {}
+    for p in params:
+        if p.kind in _BY_NAME and p.default is p.empty and p.name not in properties:
+            # The model is never told of it, and no call works without it.
+            raise ConfigError(
+                f"Tool({name!r}).parameters.properties",
+                properties,
+                f"a property {p.name!r}: {_name_of(fn)} takes it with no default",
+            )
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return
-    named = [
-        p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]
-    for key, sub in properties.items():
+    required = schema.get("required")
+    required = required if isinstance(required, list) else []
+    takes = ", ".join(named) or "nothing by name"
+    if properties:
+        for key, sub in properties.items():
+            if key not in named:
+                raise ConfigError(
+                    f"Tool({name!r}).parameters.properties.{key}",
+                    sub,
+                    f"a parameter the function takes ({_name_of(fn)} takes {takes})",
+                )
+    for key in required:
         if key not in named:
-            takes = ", ".join(named) or "nothing by name"
+            # Every call fails: without it the schema refuses, with it `fn`.
             raise ConfigError(
-                f"Tool({name!r}).parameters.properties.{key}",
-                sub,
-                f"a parameter the function takes ({_name_of(fn)} takes {takes})",
+                f"Tool({name!r}).parameters.required",
+                required,
+                f"names of parameters the function takes ({_name_of(fn)} takes "
+                f"{takes}; it does not take {key!r})",
             )
+
+
+def _check_defaults(tool: Tool) -> None:
+    """Refuse a parameter whose default is no value of its annotation.
+
+    A call that leaves it out gets the default, unchecked: ``x: int =
+    "all"`` would hand the tool a string. Defaults that are JSON values (a
+    string, a number, a bool) are checked against the parameter's schema;
+    None is taken as "not given" (``limit: int = None``), and any other
+    default (an enum member, a tuple, an instance) on trust.
+    """
+    try:
+        params = inspect.signature(tool.fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    properties = tool.parameters.get("properties", {})
+    for param in params:
+        default = param.default
+        if param.name not in properties or type(default) not in (str, int, float, bool):
+            continue
+        try:
+            check_arguments(tool._validator, {param.name: default})
+        except InvalidArguments as exc:
+            wrong = [p for p in exc.problems if p.path[:1] == (param.name,)]
+            if wrong:
+                raise ToolError(
+                    tool.name,
+                    f"the default of parameter {param.name!r} ({default!r}) is "
+                    f"no value it takes ({wrong[0].expected}): a call that leaves "
+                    "it out would get it unchecked; change the default or the "
+                    "annotation",
+                ) from None
 
 
 def _in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
