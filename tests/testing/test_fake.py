@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -96,3 +97,19 @@ def test_a_fake_client_given_no_function_is_refused_when_made() -> None:
     )
     with pytest.raises(ConfigError, match=r"handler='ok': expected a function"):
         FakeModelClient("ok")  # type: ignore[arg-type]
+
+
+def test_a_handler_that_cannot_take_the_request_is_refused_when_made() -> None:
+    # It was made, then the run crashed on "TypeError: <lambda>() takes 0
+    # positional arguments but 1 was given" at its first model call.
+    with pytest.raises(ConfigError, match=r"too many positional arguments"):
+        FakeModelClient(lambda: "x")  # type: ignore[arg-type,misc]
+    with pytest.raises(ConfigError, match=r"missing a required argument: 'b'"):
+        FakeModelClient(lambda a, b: "x")  # type: ignore[arg-type,misc]
+
+    def replies(request: object) -> Iterator[str]:
+        yield "x"
+
+    with pytest.raises(ConfigError, match=r"not a generator"):
+        FakeModelClient(replies)  # type: ignore[arg-type]
+    assert FakeModelClient(lambda request, extra=1: "x").requests == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, final
 
@@ -58,9 +59,26 @@ def _as_response(value: ModelResponse | Message | str, what: str) -> ModelRespon
     return ModelResponse(message=value, usage=None)
 
 
+_ONE_REQUEST: Final = _checks.Shape(("request",))
+
+
 def _check_handler(value: object) -> None:
     """Refuse a `FakeModelClient` handler that cannot be called with a request."""
     if callable(value):
+        why = _checks.cannot_take(value, _ONE_REQUEST)
+        if why is not None:
+            raise ConfigError(
+                "handler",
+                value,
+                f"a function of one request ({why}): def handler(request)",
+            )
+        if inspect.isgeneratorfunction(value) or inspect.isasyncgenfunction(value):
+            raise ConfigError(
+                "handler",
+                value,
+                f"a function returning {_REPLY}, not a generator (a function"
+                " with yield): its replies in order go to ScriptedModel([...])",
+            )
         return
     hint = (
         " (replies given in order go to ScriptedModel([...]))"
