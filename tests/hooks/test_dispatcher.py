@@ -75,3 +75,33 @@ def test_a_dispatcher_of_good_hooks_calls_them() -> None:
     assert dispatcher.wants("on_run_end")
     assert not dispatcher.wants("on_run_start")
     assert HookDispatcher.of([]).hooks == []
+
+
+@pytest.mark.parametrize("raised", [SystemExit(2), GeneratorExit()])
+def test_a_hook_that_exits_is_detached_and_the_run_goes_on(
+    raised: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A non-strict hook that called sys.exit() crashed the run, and the
+    # results of the tools it had run were never committed.
+    class Exits(Hook):
+        def on_run_end(self, info: RunEndInfo) -> None:
+            raise raised
+
+    hook = Exits()
+    dispatcher = HookDispatcher.of([hook])
+
+    dispatcher.call("on_run_end", object())
+
+    assert not dispatcher.wants("on_run_end")
+    assert "raised in on_run_end; detaching it" in caplog.text
+    with pytest.raises(type(raised)):
+        HookDispatcher.of([Exits()], strict=True).call("on_run_end", object())
+
+
+def test_a_ctrl_c_in_a_hook_is_the_user_s() -> None:
+    class Interrupted(Hook):
+        def on_run_end(self, info: RunEndInfo) -> None:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        HookDispatcher.of([Interrupted()]).call("on_run_end", object())

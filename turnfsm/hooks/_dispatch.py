@@ -100,7 +100,7 @@ class HookDispatcher:
                 answer = getattr(hook, name)(info)
                 if answer is not None:
                     _check_answer(hook, name, answer, info)
-            except Exception as exc:
+            except _HOOK_FAULTS as exc:
                 self._raised(hook, name, exc)
 
     async def tool_call(
@@ -176,14 +176,20 @@ class HookDispatcher:
             if answer is not None:
                 _check_answer(hook, name, answer, info)
             return answer
-        except Exception as exc:
+        except _HOOK_FAULTS as exc:
             self._raised(hook, name, exc)
             return None
 
-    def _raised(self, hook: Hook, name: str, exc: Exception) -> None:
-        """Re-raise `exc` as the run's crash (`strict`), or log it and detach `hook`."""
+    def _raised(self, hook: Hook, name: str, exc: BaseException) -> None:
+        """Re-raise `exc` as the run's crash (`strict`), or log it and detach `hook`.
+
+        A hook that calls ``sys.exit()`` or raises `GeneratorExit` raised
+        too: the run goes on without it unless hooks are strict. A
+        `KeyboardInterrupt` is the user's Ctrl-C, whoever's code it came in.
+        """
         if self.strict:
-            _as_crash(exc)
+            if isinstance(exc, Exception):
+                _as_crash(exc)
             raise exc
         logger.exception("hook %r raised in %s; detaching it", hook, name)
         self._detach(hook)
@@ -203,6 +209,9 @@ class HookDispatcher:
         """
         return cls(hooks, strict)
 
+
+_HOOK_FAULTS: Final = (Exception, SystemExit, GeneratorExit)
+"""What a hook may raise that is its own fault, not the process's signal."""
 
 _COMPACTION_METHODS = ("on_compaction_pass", *DEPRECATED_METHODS)
 
