@@ -679,6 +679,43 @@ def test_a_user_message_put_where_a_rule_would_pin_it_is_refused(
     assert "SUMMARY_COVERS" in text
 
 
+@attrs.frozen
+class NoteOnTop:
+    """Puts a note (an assistant message, or a summary) above everything."""
+
+    summary: bool = False
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        metadata = {SUMMARY_COVERS: "a0"} if self.summary else {}
+        note = Message.assistant(
+            "[earlier turns dropped]", id="note", metadata=metadata
+        )
+        kept = [note, *(m for m in messages if m.id != "a0")]
+        return CompactionProposal.compacted(
+            kept, ctx.tokens_before, ctx.counter.count(kept)
+        )
+
+
+@pytest.mark.parametrize("summary", [False, True])
+def test_a_message_put_before_the_system_prompt_is_refused(summary: bool) -> None:
+    # The system prompt was pinned as the message the conversation opens
+    # with: once a note stood before it, it was pinned no more, and the
+    # next pass dropped it without a word.
+    messages = [Message.system("Never delete prod.", id="sys"), *chat()]
+
+    event = run_pass(NoteOnTop(summary=summary), messages, PinRules(), ())
+
+    assert isinstance(event, CompactorFailed)
+    assert event.error.type == "PinnedMessageLost"
+    assert event.error.message.startswith(
+        "NoteOnTop put the message note before the pinned system message sys;"
+    )
+    rules = PinRules(system_prompt=False)
+    assert isinstance(run_pass(NoteOnTop(), messages, rules, ()), CompactionResult)
+
+
 @pytest.mark.parametrize("last", [False, True])
 def test_the_same_message_is_kept_when_its_rule_is_off_or_it_is_a_summary(
     last: bool,

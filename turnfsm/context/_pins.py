@@ -254,9 +254,14 @@ def _rule_shift(
     The first and the latest user message are pinned by position: a user
     message (not a summary) that a pass puts before the first one, or after
     the latest one, would be the message the rule pins on the next pass,
-    and the one pinned now could then be dropped. Run after `_dropped`:
-    the messages the rules pin are in `proposed`, in order.
+    and the one pinned now could then be dropped. So are the system
+    messages the conversation opens with (`_system_shift`). Run after
+    `_dropped`: the messages the rules pin are in `proposed`, in order.
     """
+    if rules.system_prompt:
+        lost = _system_shift(original, proposed, strategy)
+        if lost is not None:
+            return lost
     if not (rules.first_user or rules.latest_user):
         return None
     before = turn_starts(original)
@@ -280,3 +285,34 @@ def _rule_shift(
                 by=now.id,
             )
     return None
+
+
+def _system_shift(
+    original: Sequence[Message], proposed: Sequence[Message], strategy: str
+) -> PinnedMessageLost | None:
+    """A message `proposed` puts before a leading system message, or None.
+
+    Only the system messages the conversation opens with are pinned: one a
+    pass put a message (a summary, a note) in front of is pinned no more,
+    and the next pass could drop it.
+    """
+    leading = []
+    for message in original:
+        if message.role is not Role.SYSTEM or is_summary(message):
+            break
+        leading.append(message.id)
+    if not leading:
+        return None
+    last = leading[-1]
+    for message in proposed:
+        if message.id == last:
+            return None
+        if message.role is not Role.SYSTEM or is_summary(message):
+            return PinnedMessageLost(
+                message_id=last,
+                role=Role.SYSTEM.value,
+                strategy=strategy,
+                what="preceded",
+                by=message.id,
+            )
+    return None  # dropped: `_dropped` says so

@@ -461,11 +461,13 @@ class PinnedMessageLost(TurnFSMError):
             words or metadata changed), ``"moved"`` (out of order with
             the other pinned messages), ``"preceded"`` (a new user message,
             `by`, was put before the first user message: the next pass
-            would pin it in the task's place) or ``"followed"`` (one was
+            would pin it in the task's place; or a message was put before a
+            pinned system message, which the next pass would no longer
+            pin) or ``"followed"`` (one was
             put after the latest user message: the model would read it as
             the request, and the next pass would pin it in its place).
-        by: The new user message's id (``"preceded"``, ``"followed"``),
-            else ``""``.
+        by: The new message's id (``"preceded"``, ``"followed"``), else
+            ``""``.
     """
 
     message_id: str
@@ -475,6 +477,15 @@ class PinnedMessageLost(TurnFSMError):
     by: str = ""
 
     def __str__(self) -> str:
+        if self.what == "preceded" and self.role == "system":
+            return (
+                f"{self.strategy} put the message {self.by} before the pinned "
+                f"system message {self.message_id}; only the system messages "
+                f"the conversation opens with are pinned, so the next pass "
+                f"could drop {self.message_id}: it was refused and the "
+                "conversation kept as it was: put new messages after the "
+                "system messages"
+            )
         if self.what in ("preceded", "followed"):
             where, which = (
                 ("before", "first") if self.what == "preceded" else ("after", "latest")
