@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from tests.driver.test_output import Person
-from turnfsm.core import ModelFailed
+from turnfsm.core import ContextOverflowed, ModelFailed
 from turnfsm.driver import Driver, replay
 from turnfsm.errors import ProviderError
 from turnfsm.messages import Message, ToolCallPart
@@ -147,5 +147,31 @@ async def test_what_an_unusable_reply_cost_counts_in_the_run() -> None:
     assert run.reported_calls == 1
     (failed,) = [e for e in run.events if isinstance(e, ModelFailed)]
     assert failed.usage == spent  # kept in the log
+    assert (await Session.load(session.store, session.id)).runs[0].usage == spent
+    assert replay(None, session, run.run_id).ok  # its end's usage is its calls'
+
+
+async def test_what_a_reply_over_the_window_cost_counts_in_the_run() -> None:
+    # The reply did not fit beside the conversation, so it was not committed;
+    # the provider billed it all the same, and the run said it used nothing.
+    spent = Usage(input_tokens=10, output_tokens=5)
+    huge = ModelResponse(message=Message.assistant("word " * 5_000), usage=spent)
+    driver = Driver(
+        model=ScriptedModel.of(huge),
+        context_window=2_000,
+        prices=ModelPrices(
+            model="m", input=1_000_000, cached_input=0, output=2_000_000
+        ),
+    )
+    session = Session()
+
+    result = await driver.run("go", session=session)
+
+    assert not result.ok
+    assert (result.usage, result.reported_calls) == (spent, 1)
+    assert result.cost == pytest.approx(20.0)
+    (run,) = session.runs
+    (refused,) = [e for e in run.events if isinstance(e, ContextOverflowed)]
+    assert refused.usage == spent  # kept in the log
     assert (await Session.load(session.store, session.id)).runs[0].usage == spent
     assert replay(None, session, run.run_id).ok  # its end's usage is its calls'

@@ -645,7 +645,7 @@ class ContextManager(OldEntryPoints):
         # The compactor's numbers are only hints; the reserved budget rides too.
         after = self.count(new) + reserved
         if self.window > 0 and after > self.window:
-            return CompactionOverflowed(used=after, limit=self.window)
+            return CompactionOverflowed(used=after, limit=self.window, before=before)
         if len(new) == len(messages) and (
             after >= before
             or all(a is b or a == b for a, b in zip(new, messages, strict=True))

@@ -186,10 +186,17 @@ class ModelFailed:
 class ContextOverflowed:
     """The provider rejected the request as longer than its context.
 
-    Fields, in positional order: `error`.
+    Or a reply came that does not fit the window beside the request, which
+    is not committed: `usage` is what that reply cost, as the provider
+    reported it; None when no reply came or none was reported.
+
+    Fields, in positional order: `error`, `usage`.
     """
 
     error: ErrorInfo = attrs.field(validator=_error)
+    usage: Usage | None = attrs.field(
+        default=None, validator=_usage, metadata={OMITTED_IF_DEFAULT: True}
+    )
 
 
 @final
@@ -326,12 +333,20 @@ class CompactionNoop:
 class CompactionOverflowed:
     """The compacted conversation still does not fit: `used` of `limit`.
 
-    Fields, in positional order: `used`, `limit`, `usage`.
+    `before` is the conversation's size before the pass, as the pass
+    measured it (None: not said).
+
+    Fields, in positional order: `used`, `limit`, `usage`, `before`.
     """
 
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
     usage: Usage | None = attrs.field(default=None, validator=_usage)
+    before: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(_non_negative),
+        metadata={OMITTED_IF_DEFAULT: True},
+    )
 
 
 @final
@@ -416,6 +431,13 @@ PassEvent: TypeAlias = (
     | CompactionCircuitOpened
 )
 """What one compaction pass feeds the brain: the context manager's result."""
+
+UNUSED_REPLY_TYPES: Final = (ModelFailed, ContextOverflowed)
+"""The events whose `usage` is what a reply that came and was not used cost.
+
+Cut off at its budget, withheld by a filter, or over the window: the
+provider billed it all the same, so a run's usage and cost count it.
+"""
 
 PASS_EVENT_TYPES: Final[tuple[type[PassEvent], ...]] = (
     CompactionResult,

@@ -135,7 +135,10 @@ def compaction_record(
             replacement = [m.id for m in new]
         case CompactionNoop(before=size, after=after):
             pass
-        case CompactionOverflowed(used=after) | CompactorFailed(used=after):
+        case CompactionOverflowed(used=after, before=measured):
+            # A pass outside a run follows no measurement: its own says.
+            size = before.estimate or measured or after
+        case CompactorFailed(used=after):
             size = before.estimate or after
         case CompactionCircuitOpened():
             size = after = before.estimate or 0

@@ -258,10 +258,11 @@ class RunResult(Generic[OutputT]):
             sub-agents', at each one's own prices); None when the cost of
             one of them is not known (no prices, or a reply with no usage;
             its usage is in `children_usage` all the same).
-        reported_calls: How many of the run's model calls (`turns`) the
-            provider reported usage for: when it is 0, `usage` is no count
-            at all (some OpenAI-compatible servers report none); None: not
-            known.
+        reported_calls: How many of the run's model calls that got a reply
+            (its `turns`, and the replies it could not use: cut off, withheld
+            or over the window, which `usage` counts too) the provider
+            reported usage for: when it is 0, `usage` is no count at all
+            (some OpenAI-compatible servers report none); None: not known.
     """
 
     outcome: Literal["done", "failed", "cancelled", "interrupted", "paused"]

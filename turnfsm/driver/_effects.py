@@ -182,7 +182,9 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     _check_report(run, response.usage, window)
     cut = _cut_at_window(run, response, window)
     if cut is not None:
-        return ContextOverflowed(error=ErrorInfo(type=CONTEXT_OVERFLOW, message=cut))
+        return ContextOverflowed(
+            error=ErrorInfo(type=CONTEXT_OVERFLOW, message=cut), usage=response.usage
+        )
     # Each call under an id of its own (some servers repeat theirs).
     reply = unique_call_ids(response.message, decision.history, decision.pending)
     # And the reply too: a client that caches its replies gives one twice.
@@ -203,7 +205,8 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         if size > window:
             return _overflowed(
                 f"{REPLY_OVER_WINDOW} {size} tokens, over the "
-                f"{window} window; it is not committed"
+                f"{window} window; it is not committed",
+                usage=response.usage,
             )
     if response.finish_reason in _UNFINISHED and (
         stopped := _stopped(run, response, output is not None)
@@ -430,8 +433,11 @@ _MODEL_WINDOW: Final = _checks.integer(
 """What a summary model's ``context_window`` may be."""
 
 
-def _overflowed(message: str) -> ContextOverflowed:
-    return ContextOverflowed(error=ErrorInfo(type=CONTEXT_CHECK, message=message))
+def _overflowed(message: str, *, usage: Usage | None = None) -> ContextOverflowed:
+    """The window check's refusal; `usage`: what a reply it refused cost."""
+    return ContextOverflowed(
+        error=ErrorInfo(type=CONTEXT_CHECK, message=message), usage=usage
+    )
 
 
 async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:

@@ -54,6 +54,7 @@ from turnfsm import _checks
 from turnfsm.context import pin_loss, pinned_ids
 from turnfsm.core import (
     PASS_EVENT_TYPES,
+    UNUSED_REPLY_TYPES,
     CallLLM,
     Compact,
     CompactionNoop,
@@ -65,7 +66,6 @@ from turnfsm.core import (
     Measure,
     Measured,
     MessageInjected,
-    ModelFailed,
     ModelReplied,
     OutputRejected,
     Pause,
@@ -330,7 +330,7 @@ class RunLoop(Ending):
             run = self.run
             estimate = run.meter.measure(last.history, last.pending, extras=run.extras)
             entries.append(self.audit.turn(last, event, estimate=estimate))
-        elif isinstance(event, ModelFailed) and event.usage is not None:
+        elif isinstance(event, UNUSED_REPLY_TYPES) and event.usage is not None:
             self.audit.spent(event.usage)  # a reply that came, unusable
         try:
             decision = machine.handle(event)

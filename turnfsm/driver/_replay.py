@@ -17,6 +17,7 @@ import attrs
 
 from turnfsm.core import (
     PASS_EVENT_TYPES,
+    UNUSED_REPLY_TYPES,
     CallLLM,
     Compact,
     CompactionResult,
@@ -24,7 +25,6 @@ from turnfsm.core import (
     Fail,
     Finish,
     MachineSpec,
-    ModelFailed,
     ModelReplied,
     OutputRejected,
     PassEvent,
@@ -389,7 +389,7 @@ class _Feed:
                 "missing, repeated or out of order)",
             )
         event = entry.event
-        if isinstance(event, ModelFailed) and event.usage is not None:
+        if isinstance(event, UNUSED_REPLY_TYPES) and event.usage is not None:
             self.unusable = self.unusable + event.usage  # a reply that came
         if not isinstance(event, _REPLIES):
             return

@@ -8,7 +8,14 @@ from typing import Final, Literal, final
 
 import attrs
 
-from turnfsm.core import ContextOverflowed, Event, ModelFailed, Pause, RunStarted
+from turnfsm.core import (
+    UNUSED_REPLY_TYPES,
+    ContextOverflowed,
+    Event,
+    ModelFailed,
+    Pause,
+    RunStarted,
+)
 from turnfsm.errors import RunCrashed, TurnFSMError
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
@@ -69,7 +76,7 @@ class RunRecord:
 
     @property
     def reported_calls(self) -> int:
-        """How many of its model calls (`turns`) the provider reported usage for.
+        """How many of its replies (`call_usages`) the provider reported usage for.
 
         Some OpenAI-compatible servers report none: their `usage` stays 0
         tokens, which is then no count at all.
@@ -81,8 +88,8 @@ class RunRecord:
         """What each of its model calls that got a reply cost, as reported.
 
         Its `turns`' usage, then that of the replies that came and could not
-        be used (cut off at their budget, withheld by a filter), which fail
-        the run (`ModelFailed.usage`); None where the provider said nothing.
+        be used (cut off at their budget, withheld by a filter, over the
+        window: `UNUSED_REPLY_TYPES`); None where the provider said nothing.
         """
         return _call_usages(self.turns, self.events)
 
@@ -153,7 +160,7 @@ def _call_usages(
     failed = (
         event.usage
         for event in events
-        if isinstance(event, ModelFailed) and event.usage is not None
+        if isinstance(event, UNUSED_REPLY_TYPES) and event.usage is not None
     )
     return (*(turn.usage for turn in turns), *failed)
 
