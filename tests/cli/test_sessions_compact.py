@@ -69,6 +69,7 @@ def test_compacting_twice_from_the_cli_writes_one_summary(
     assert main(command) == 0
     second = capsys.readouterr().out
     assert "compacted" not in second.split(":")[1]
+    assert "messages, none replaced" in second  # it said "16 -> 6 messages"
     assert "summary written" not in second
     assert _summaries(db, session_id) == 1
     assert main(["sessions", "show", session_id, "--store", str(db)]) == 0

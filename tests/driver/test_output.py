@@ -589,24 +589,32 @@ def _sent_size(request: ModelRequest) -> int:
     )
 
 
-@pytest.mark.parametrize("where", ["driver", "run"])
-async def test_the_output_schema_counts_against_the_window(where: str) -> None:
+async def test_the_output_schema_counts_against_the_window() -> None:
     # The schema rides every request (OpenAI's response_format, Anthropic's
     # forced tool): a request whose schema overflows the window is never sent.
     model = FakeModelClient(lambda request: '{"result": 1}')
     manager = ContextManager(context_window=2_000)
-    if where == "driver":
-        driver = Driver(model=model, context=manager, output_type=report(150))
-        run = driver.run("Fill in the report.")
-    else:
-        driver = Driver(model=model, context=manager)
-        run = driver.run("Fill in the report.", output_type=report(150))
+    driver = Driver(model=model, context=manager)
 
     with pytest.raises(PinnedTooLarge) as caught:
-        await run
+        await driver.run("Fill in the report.", output_type=report(150))
 
     assert caught.value.reserved > 2_000
     assert model.requests == []
+
+
+def test_an_agent_whose_output_schema_cannot_fit_is_refused_when_made() -> None:
+    # No run of it could send a request: it is refused before any is made.
+    manager = ContextManager(context_window=2_000)
+    with pytest.raises(ConfigError) as caught:
+        Driver(
+            model=FakeModelClient(lambda request: "{}"),
+            context=manager,
+            output_type=report(150),
+        )
+
+    assert caught.value.field == "output_type"
+    assert "what fits the 2,000-token context window" in str(caught.value)
 
 
 async def test_a_request_with_an_output_schema_stays_within_the_window() -> None:

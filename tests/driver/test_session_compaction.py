@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -15,7 +16,9 @@ from turnfsm import (
     SummarizingCompactor,
     TruncatingCompactor,
 )
+from turnfsm.context import CompactionContext, CompactionProposal
 from turnfsm.errors import CompactionFailed, SessionBusy, SessionNotFound
+from turnfsm.messages import Message
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded, Verdict
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
@@ -191,3 +194,31 @@ async def test_a_session_pass_that_times_out_says_the_sessions_size() -> None:
     assert isinstance(raised, CompactionFailed)
     assert "timed out" in timed_out.cause
     assert timed_out.used == raised.used > 0
+
+
+class _Growing:
+    """Replaces the conversation with something bigger than the window."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        padded = [Message.system("pad " * 3_000, id="pad"), *messages]
+        return CompactionProposal.compacted(padded, ctx.tokens_before, 1)
+
+
+async def test_a_session_pass_that_overflows_records_the_session_s_size() -> None:
+    """Outside a run nothing was measured: its record said the after size twice."""
+    session = Session()
+    filler = Driver(model=ScriptedModel.of("a1", "a2"))
+    for i in range(2):
+        assert (await filler.run(f"question {i} " + "x " * 50, session=session)).ok
+    context = ContextManager(_Growing(), context_window=2_000, counter=COUNTER)
+    driver = Driver(model=ScriptedModel.of(), context=context)
+
+    result = await driver.compact(session)
+
+    assert not result.ok
+    (record,) = session.runs[-1].compactions
+    assert record.verdict is Verdict.OVERFLOW
+    assert record.tokens_before == context.count(list(session.history))
+    assert record.tokens_after > 2_000

@@ -63,6 +63,7 @@ from turnfsm.errors import (
 )
 from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
+    CompactionRecord,
     LeasingStore,
     RunRecord,
     Session,
@@ -203,7 +204,7 @@ async def _compact(
     else:
         what = (
             f"{record.tokens_before} -> {record.tokens_after} tokens (estimated), "
-            f"{len(record.covers)} -> {len(record.replacement)} messages"
+            + _replaced(record)
             + (f", {summaries} summary written" if summaries else "")
         )
     print(
@@ -500,12 +501,7 @@ def _show(
     passes = [(run.run_id, c) for run in runs for c in run.compactions]
     print(f"\ncompactions ({len(passes)}):", file=out)
     for run_id, c in passes:
-        # Only a pass that compacted replaced what it covered.
-        count = (
-            f"{len(c.covers)} -> {len(c.replacement)} messages"
-            if c.compacted
-            else f"{len(c.covers)} messages, none replaced"
-        )
+        count = _replaced(c)
         print(
             f"  {terminal_text(run_id)} turn {c.turn}  {c.reason.value}  {c.verdict}  "
             f"{c.tokens_before} -> {c.tokens_after} tokens (estimated)  "
@@ -839,3 +835,10 @@ def _no_reply(run: RunRecord) -> str:
     if failed:
         return f"no model reply: {failed} call{'s' * (failed > 1)} failed"
     return "no model reply" if run.cut_short else "no model call"
+
+
+def _replaced(record: CompactionRecord) -> str:
+    """What a pass did to the messages it covered: only one that compacted replaced."""
+    if record.compacted:
+        return f"{len(record.covers)} -> {len(record.replacement)} messages"
+    return f"{len(record.covers)} messages, none replaced"

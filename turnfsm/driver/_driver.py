@@ -566,6 +566,42 @@ class Driver:
             prices=self.prices,
         )
         self._extras = request_extras(self.system_prompt, self._schemas)
+        self._check_reserve(window)
+
+    def _check_reserve(self, window: int) -> None:
+        """Refuse a window that what rides every request cannot fit beside.
+
+        The system prompt, the tool schemas, the output type's schema and
+        the reply budget ride every request: when they alone are over the
+        window, no run could send one (each would raise `PinnedTooLarge`).
+        """
+        if not window:
+            return
+        meter = self._run_meter()
+        extras = self._extras_for(self._output)
+        reply = self.max_output_tokens or 0
+        if meter.measure(extras=extras) + reply <= window:
+            return
+        total = meter.measure(extras=extras)
+        prompt = (
+            meter.measure(extras=(self.system_prompt,)) if self.system_prompt else 0
+        )
+        tools = meter.measure(extras=request_extras(None, self._schemas))
+        output = total - prompt - tools
+        field, tokens = max(
+            (("system_prompt", prompt), ("tools", tools), ("output_type", output)),
+            key=lambda part: part[1],
+        )
+        raise ConfigError(
+            field,
+            f"<{tokens:,} tokens>",
+            f"what fits the {window:,}-token context window beside the rest that"
+            f" rides every request (system prompt {prompt:,} tokens, tool schemas"
+            f" {tools:,}, output schema {output:,}, reply budget {reply:,}):"
+            " shorten the system prompt or the tools' descriptions, give fewer"
+            " tools or a smaller output type, lower max_output_tokens, or use a"
+            " bigger window",
+        )
 
     def _output_type(self, tp: Any) -> OutputType | None:
         """Describe `tp` for a run; the machine must be able to re-ask.
