@@ -418,7 +418,10 @@ class Driver:
 
     Raises:
         ConfigError: a setting is out of range (the field is named), or
-            `max_output_tokens` is on or over the emergency line.
+            `max_output_tokens` is on or over the emergency line, or what
+            rides every request (the system prompt, the tool schemas, the
+            output type's schema and the reply budget) is alone over the
+            window (the largest part is named).
         WindowTooLarge: the context manager's window (or `context_window`)
             is larger than the model's known window.
     """
