@@ -928,8 +928,18 @@ def _local_starts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
             "--window=8000 is larger than the local server's window of 4096",
         ),
         (["--max-tokens", "4000"], "invalid --max-tokens=4000"),
+        (
+            ["--window", "400", "--max-tokens", "10", "--system", "word " * 300],
+            "invalid --window=400: expected a window over 578 tokens, what rides",
+        ),
     ],
-    ids=["unknown session", "small window", "window over n_ctx", "reply budget"],
+    ids=[
+        "unknown session",
+        "small window",
+        "window over n_ctx",
+        "reply budget",
+        "system prompt",
+    ],
 )
 def test_what_refuses_the_run_is_named_before_the_local_model_starts(
     argv: list[str],

@@ -391,10 +391,17 @@ async def test_a_run_given_its_type_is_resumed_with_it_or_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         await make().resume(paused.session_id, paused.run_id, approve)
     assert caught.value.field == "output_type"
-    assert "output_type=Person" in str(caught.value)
+    assert "began with (Person): resume it with that output_type" in str(caught.value)
     assert len(model.requests) == 1  # refused before anything ran
     with pytest.raises(ConfigError, match="began with \\(Person\\)"):
         await make().resume(paused.session_id, paused.run_id, approve, output_type=City)
+    # A type of the same name but another schema is another type: it was
+    # taken, and the run went on asking for another answer than its own.
+    Other = attrs.make_class("Person", {"count": attrs.field(type=int)})
+    with pytest.raises(ConfigError, match="Person, with another schema"):
+        await make().resume(
+            paused.session_id, paused.run_id, approve, output_type=Other
+        )
 
     done = await make().resume(
         paused.session_id, paused.run_id, approve, output_type=Person
@@ -405,6 +412,32 @@ async def test_a_run_given_its_type_is_resumed_with_it_or_refused() -> None:
     session = await make().open_session(done.session_id)
     assert len(rejections(session)) == 1
     assert replay(approval_machine(), session, paused.run_id).ok
+
+
+async def test_a_run_begun_as_plain_text_is_not_resumed_as_a_type() -> None:
+    # A run asked for plain text (output_type=str over the agent's type) was
+    # resumed by an agent with a type, and came back as that type.
+    store = MemoryStore()
+    model = ScriptedModel.of(reply("", tool_call("lambda_tool", "c1")), "Ada is 36.")
+
+    def make() -> Agent:
+        return Agent(
+            model=model,
+            tools=[lambda_tool],
+            machine=approval_machine(),
+            store=store,
+            output_type=Person,
+        )
+
+    paused = await make().run("go", output_type=str)
+    approve = ToolCallsReviewed.approve_all()
+
+    with pytest.raises(ConfigError, match="expected plain text, as run"):
+        await make().resume(paused.session_id, paused.run_id, approve)
+    done = await make().resume(
+        paused.session_id, paused.run_id, approve, output_type=str
+    )
+    assert (done.outcome, done.output) == ("done", "Ada is 36.")
 
 
 async def test_the_approval_machine_re_asks_too() -> None:

@@ -25,6 +25,7 @@ from turnfsm.errors import (
     ContextExceeded,
     InvalidReturn,
     PinnedTooLarge,
+    ReserveTooLarge,
 )
 from turnfsm.hooks import Hook, PreCompact, PreCompactInfo
 from turnfsm.messages import Message
@@ -288,11 +289,11 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
         """
         return word
 
-    tool = function_tool(lookup, description="Look a word up. " * 400)
+    tool = function_tool(lookup, description="Look a word up. " * 120)
     manager = ContextManager(context_window=1_000, counter=HEURISTIC)
     driver = Driver(model=ScriptedModel.of("never"), context=manager, tools=[tool])
     with pytest.raises(PinnedTooLarge) as caught:
-        await driver.run("hi")
+        await driver.run("words " * 340)
     assert caught.value.reserved > caught.value.pinned
     assert "pin less" not in str(caught.value)
     assert str(caught.value).endswith(
@@ -301,6 +302,12 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
         "the tools' descriptions, give fewer tools or a smaller output type, lower "
         "max_output_tokens, or use a bigger window"
     )
+    # Alone over the window, no run could fit: refused when the agent is built.
+    bigger = function_tool(lookup, description="Look a word up. " * 400)
+    with pytest.raises(ReserveTooLarge) as refused:
+        Driver(model=ScriptedModel.of("never"), context=manager, tools=[bigger])
+    assert (refused.value.field, refused.value.window) == ("tools", 1_000)
+    assert refused.value.reserved > 1_000
 
 
 async def test_a_compact_effect_of_the_users_that_drops_a_pin_fails_the_run() -> None:

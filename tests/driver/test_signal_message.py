@@ -11,10 +11,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from turnfsm import Agent, review_machine
-from turnfsm.core import Event, Perform, Signal
+from turnfsm import Agent, machines_dir, review_machine
+from turnfsm.core import Event, MachineSpec, Perform, Signal
 from turnfsm.driver import EffectContext, replay
-from turnfsm.errors import InvalidMessage
+from turnfsm.errors import ConfigError, InvalidMessage
 from turnfsm.messages import Message, Role
 from turnfsm.persistence import (
     Committed,
@@ -165,3 +165,35 @@ async def test_a_signal_without_the_data_fails_the_run_naming_the_key(
     assert "'feedback'" in str(result.error)
     assert reason in str(result.error)
     assert list(agent.session.history) == []  # nothing of the run is committed
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"), [({}, "it is missing"), ({"feedback": " "}, "it is blank")]
+)
+async def test_an_answer_to_a_paused_run_without_the_data_is_refused(
+    data: dict[str, str], reason: str
+) -> None:
+    # It was fed, and the brain's refusal failed the run: what the run had
+    # done was lost, and it could not be answered again.
+    text = (machines_dir() / "review.toml").read_text(encoding="utf-8")
+    paused = MachineSpec.from_toml(
+        text.replace('{ effect = "review" }', '{ decision = "pause" }')
+    )
+    model = ScriptedModel.of("It is 42.", "It is 42 (source: the census).")
+    agent = Agent(model=model, machine=paused, store=MemoryStore())
+    waiting = await agent.run("How many?")
+    assert waiting.outcome == "paused"
+    entries = len(agent.session.entries)
+
+    with pytest.raises(ConfigError) as caught:
+        await agent.resume(waiting.session_id, waiting.run_id, Signal("revise", data))
+
+    assert caught.value.field == "event.data"
+    assert reason in str(caught.value)
+    session = await agent.open_session(waiting.session_id)
+    assert len(session.entries) == entries  # nothing was written
+    answered = await agent.resume(
+        waiting.session_id, waiting.run_id, Signal("revise", {"feedback": FEEDBACK})
+    )
+    assert answered.outcome == "paused"
+    assert model.requests[-1].messages[-1].text == FEEDBACK

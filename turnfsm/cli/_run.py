@@ -50,6 +50,7 @@ from turnfsm.errors import (
     MaxTurnsExceeded,
     PinnedTooLarge,
     ProviderError,
+    ReserveTooLarge,
     RunCrashed,
     SessionBusy,
     SessionConflict,
@@ -335,6 +336,14 @@ def _driver(
                 f"a window well over {least:,} tokens: the default reply budget "
                 f"(--max-tokens {DEFAULT_MAX_TOKENS}) and the request must fit "
                 "under 95 % of it; or give a smaller --max-tokens",
+            ) from None
+        if isinstance(exc, ReserveTooLarge):  # what rides every request
+            raise ConfigError(
+                "--window",
+                exc.window,
+                f"a window over {exc.reserved:,} tokens, what rides every request"
+                " (the system prompt --system, the tools' schemas, the reply"
+                " budget --max-tokens): or shorten --system, or lower --max-tokens",
             ) from None
         if exc.field not in ("effects", "subagents"):
             raise

@@ -86,10 +86,7 @@ def pinned_ids(
     # Most messages carry no metadata at all: test that before reading it.
     pinned = {m.id for m in messages if (m.metadata and m.pinned) or m.id in wanted}
     if rules.system_prompt:
-        for message in messages:
-            if message.role is not Role.SYSTEM or is_summary(message):
-                break
-            pinned.add(message.id)
+        pinned.update(ids[: _leading_system(messages)])
     users = turn_starts(messages)
     if users and rules.first_user:
         pinned.add(ids[users[0]])
@@ -124,7 +121,8 @@ def keep_pinned(
 
     A pinned message that `proposed` altered is put back as it was; one it
     dropped is put back after the messages that came before it (a summary
-    that replaced the messages around it comes first). Nothing else moves.
+    that replaced the messages around it comes first, but after the pinned
+    system messages the conversation opens with). Nothing else moves.
 
     Args:
         original: The conversation the pass was handed.
@@ -160,9 +158,13 @@ def keep_pinned(
                 placed.add(i)
                 out.append(original[i])
 
+    # The system messages the conversation opens with stay first: a new
+    # message before them would leave them pinned no more (`_system_shift`).
+    lead = _leading_system(original)
     for message in proposed:
         i = index.get(message.id)
         if i is None:  # a new message: a summary, a marker
+            flush(lead)
             out.append(message)
             continue
         if i in placed:
@@ -296,14 +298,10 @@ def _system_shift(
     pass put a message (a summary, a note) in front of is pinned no more,
     and the next pass could drop it.
     """
-    leading = []
-    for message in original:
-        if message.role is not Role.SYSTEM or is_summary(message):
-            break
-        leading.append(message.id)
-    if not leading:
+    lead = _leading_system(original)
+    if not lead:
         return None
-    last = leading[-1]
+    last = original[lead - 1].id
     for message in proposed:
         if message.id == last:
             return None
@@ -316,3 +314,13 @@ def _system_shift(
                 by=message.id,
             )
     return None  # dropped: `_dropped` says so
+
+
+def _leading_system(messages: Sequence[Message]) -> int:
+    """How many system messages (not summaries) `messages` opens with."""
+    count = 0
+    for message in messages:
+        if message.role is not Role.SYSTEM or is_summary(message):
+            break
+        count += 1
+    return count

@@ -46,6 +46,7 @@ from turnfsm.driver._subagents import declared_effects
 from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
     ConfigError,
+    ReserveTooLarge,
 )
 from turnfsm.hooks import Hook, check_hooks
 from turnfsm.messages import Message, OpenCalls, require_new_ids
@@ -421,7 +422,7 @@ class Driver:
             `max_output_tokens` is on or over the emergency line, or what
             rides every request (the system prompt, the tool schemas, the
             output type's schema and the reply budget) is alone over the
-            window (the largest part is named).
+            window (`ReserveTooLarge`, naming the largest part).
         WindowTooLarge: the context manager's window (or `context_window`)
             is larger than the model's known window.
     """
@@ -578,24 +579,27 @@ class Driver:
         the reply budget ride every request: when they alone are over the
         window, no run could send one (each would raise `PinnedTooLarge`).
         """
-        if not window:
-            return
-        meter = self._run_meter()
         extras = self._extras_for(self._output)
+        if not window or not extras:
+            return  # a reply budget alone is checked on its own
+        meter = self._run_meter()
         reply = self.max_output_tokens or 0
-        if meter.measure(extras=extras) + reply <= window:
+        try:
+            total = meter.measure(extras=extras)
+        except ConfigError:
+            return  # a counter that gives no count: the first run names it
+        if total + reply <= window:
             return
-        total = meter.measure(extras=extras)
         prompt = (
             meter.measure(extras=(self.system_prompt,)) if self.system_prompt else 0
         )
         tools = meter.measure(extras=request_extras(None, self._schemas))
-        output = total - prompt - tools
+        output = max(0, total - prompt - tools)
         field, tokens = max(
             (("system_prompt", prompt), ("tools", tools), ("output_type", output)),
             key=lambda part: part[1],
         )
-        raise ConfigError(
+        raise ReserveTooLarge(
             field,
             f"<{tokens:,} tokens>",
             f"what fits the {window:,}-token context window beside the rest that"
@@ -604,6 +608,8 @@ class Driver:
             " shorten the system prompt or the tools' descriptions, give fewer"
             " tools or a smaller output type, lower max_output_tokens, or use a"
             " bigger window",
+            reserved=total + reply,
+            window=window,
         )
 
     def _output_type(self, tp: Any) -> OutputType | None:

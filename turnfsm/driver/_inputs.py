@@ -10,6 +10,7 @@ from turnfsm.core import (
     Event,
     MachineSpec,
     Pause,
+    Signal,
     TurnMachine,
 )
 from turnfsm.driver._effects import BUILTIN_EFFECTS
@@ -259,6 +260,29 @@ def reopen(
         return record, machine
     if isinstance(decision, Pause):
         decision.check_answer(event)  # None is no answer
+        if isinstance(event, Signal):
+            _check_message(machine, event)
     elif event is not None:
         raise ConfigError("event", event, "None: the run is not paused")
     return record, machine
+
+
+def _check_message(machine: TurnMachine, event: Signal) -> None:
+    """Refuse an answer whose text the machine adds is missing or blank.
+
+    Fed, it would fail the run (the brain refuses the signal); refused
+    here, nothing is written and the run waits for a good answer.
+    """
+    key = machine.message_key(event)
+    if key is None:
+        return
+    text = event.data.get(key)
+    if text is None or not text.strip():
+        raise ConfigError(
+            "event.data",
+            dict(event.data),
+            f"{{{key!r}: TEXT}}: the machine file adds the signal's data "
+            f"{key!r} to the conversation, and it is "
+            + ("missing" if text is None else "blank")
+            + "; nothing was written, and the run still waits",
+        )

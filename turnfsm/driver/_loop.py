@@ -96,7 +96,7 @@ from turnfsm.driver._effects import (
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
-from turnfsm.driver._output import asked_for
+from turnfsm.driver._output import asked_for, output_digest
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
     ConfigError,
@@ -219,6 +219,7 @@ class RunLoop(Ending):
                 overflow_retries_in_a_row=(
                     self.machine.snapshot.overflow_retries_in_a_row
                 ),
+                output_digest=output_digest(self.run.output),
             )
         )
         self._start = (input, None)

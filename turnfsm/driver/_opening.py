@@ -352,7 +352,8 @@ def _reopened(
         check=check,
     )
     if check:
-        check_resumed(run_id, record.opened.output, output)
+        opened = record.opened
+        check_resumed(run_id, opened.output, opened.output_digest, output)
     loop = _loop(driver, session, run_id, machine, control, hooks, output)
     loop.restore(record)
     return loop

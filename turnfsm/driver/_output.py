@@ -14,6 +14,7 @@ and unwrapped here. `str` asks for no structured mode: the text is the answer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -41,7 +42,15 @@ from turnfsm.driver._schema import (
 from turnfsm.errors import ConfigError
 from turnfsm.providers import OutputSpec
 
-__all__ = ["OutputType", "asked_for", "check_machine", "check_resumed", "is_strict"]
+__all__ = [
+    "PLAIN_TEXT",
+    "OutputType",
+    "asked_for",
+    "check_machine",
+    "check_resumed",
+    "is_strict",
+    "output_digest",
+]
 
 WRAPPER: Final = "result"
 """The one property a non-object output is wrapped in."""
@@ -63,6 +72,15 @@ class OutputType:
     wrapped: bool
     _validator: ArgumentsCheck | None = attrs.field(eq=False, repr=False)
     _read: Callable[[Any], Any] = attrs.field(eq=False, repr=False)
+    digest: str = attrs.field(init=False, eq=False, repr=False)
+    """A digest of the answer's schema (`PLAIN_TEXT` for plain text), made once."""
+
+    @digest.default
+    def _digest(self) -> str:
+        if self.spec is None:
+            return PLAIN_TEXT
+        text = json.dumps(self.spec.schema, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @classmethod
     def of(cls, tp: Any) -> OutputType:
@@ -181,27 +199,51 @@ def asked_for(output: OutputType | None) -> str | None:
     return None if output is None or output.spec is None else output.spec.name
 
 
-def check_resumed(run_id: str, began: str | None, output: OutputType | None) -> None:
-    """Refuse to resume a run asked for a structured answer without its type.
+PLAIN_TEXT: Final = "text"
+"""The `output_digest` of a run asked for plain text."""
 
-    `began` is the name of the answer the run began asking for (its log's);
-    resumed without that type, the model would no longer be asked for it,
-    and any reply would do. A run that began with plain text (or whose log
-    is older than this record) takes any type.
+
+def output_digest(output: OutputType | None) -> str:
+    """A digest of the schema of the answer `output` asks for (`PLAIN_TEXT`: none)."""
+    return PLAIN_TEXT if output is None else output.digest
+
+
+def check_resumed(
+    run_id: str, began: str | None, digest: str | None, output: OutputType | None
+) -> None:
+    """Refuse to resume a run with another output type than it began with.
+
+    `began` is the name of the answer the run began asking for (its log's;
+    None: plain text), `digest` its schema's (`output_digest`); resumed
+    with another, the model would be asked for another answer than the
+    run's (or none, and any reply would do). A log written before the
+    digest was kept is checked by the name only, and its runs that began
+    with plain text take any type.
 
     Raises:
         ConfigError: `output` is not the type the run began with (names
             `output_type` and both types).
     """
     given = asked_for(output)
-    if began is None or given == began:
+    if digest is not None:
+        if output_digest(output) == digest:
+            return
+    elif began is None or given == began:
         return
+    if began is None:
+        raise ConfigError(
+            "output_type",
+            None if output is None else output.tp,
+            f"plain text, as run {run_id!r} began with: resume it with "
+            "output_type=str (or on an agent with no output_type)",
+        )
     raise ConfigError(
         "output_type",
         None if output is None else output.tp,
-        f"the output type run {run_id!r} began with ({began}): resume it "
-        f"with output_type={began}, as it was run (or on an agent whose "
-        f"output_type it is)",
+        f"the output type run {run_id!r} began with ({began}"
+        + (", with another schema than this one" if given == began else "")
+        + "): resume it with that output_type, as it was run (or on an agent"
+        " whose output_type it is)",
     )
 
 

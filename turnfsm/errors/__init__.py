@@ -4,6 +4,7 @@
 TurnFSMError                 base class; never raised directly
 ├── DefinitionError          (ValueError) a machine file is invalid; .problems
 ├── ConfigError              (ValueError) a setting is out of range; field, value
+│   ├── ReserveTooLarge      what rides every request fills the window; .reserved
 │   └── WindowTooLarge       a window larger than the model's; .model, .window
 ├── InvalidMessage           (ValueError) a malformed message or history; field
 ├── IllegalEvent             event not accepted in this phase (a driver bug)
@@ -86,6 +87,7 @@ from turnfsm.errors._misuse import (
     InvalidReturn,
     MachineBroken,
     Problem,
+    ReserveTooLarge,
     ToolError,
     WindowTooLarge,
 )
@@ -162,6 +164,7 @@ __all__ = [
     "ProviderError",
     "ReplayDiverged",
     "ReplayError",
+    "ReserveTooLarge",
     "RunCrashed",
     "RunFailed",
     "SessionBusy",

@@ -134,6 +134,25 @@ class WindowTooLarge(ConfigError):
 
 @final
 @attrs.frozen(auto_exc=True)
+class ReserveTooLarge(ConfigError):
+    """Raised when what rides every request is alone over the window.
+
+    The system prompt, the tool schemas, the output type's schema and the
+    reply budget are sent with every request: an agent whose window they
+    alone fill could send none, so it is refused when it is built. `field`
+    names the largest of them.
+
+    Attributes:
+        reserved: their tokens, the reply budget included.
+        window: the context window in tokens.
+    """
+
+    reserved: int = 0
+    window: int = 0
+
+
+@final
+@attrs.frozen(auto_exc=True)
 class InvalidMessage(TurnFSMError, ValueError):
     """Raised when a message or a history is malformed; names the field and value."""
 

@@ -109,6 +109,10 @@ class RunOpened:
     run was not delegated). `output` is the name of the structured answer it
     was asked for (its output type's; None: plain text, or its log was
     written before it was kept): a resumed run is asked for the same.
+    `output_digest` is a digest of the schema of that answer, ``"text"`` for
+    plain text (None: its log was written before it was kept): a run is
+    resumed only with an output type of the same schema, not another of
+    the same name.
     `overflow_retries_in_a_row` is True for a run whose model replies start
     the count of its overflow retries again (`Budget.max_overflow_retries`
     counts them in a row); a log written before has it False, and its runs
@@ -129,6 +133,9 @@ class RunOpened:
     output: str | None = attrs.field(default=None, metadata={OMITTED_IF_DEFAULT: True})
     overflow_retries_in_a_row: bool = attrs.field(
         default=False, metadata={OMITTED_IF_DEFAULT: True}
+    )
+    output_digest: str | None = attrs.field(
+        default=None, metadata={OMITTED_IF_DEFAULT: True}
     )
 
 

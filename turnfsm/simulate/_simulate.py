@@ -57,6 +57,7 @@ from turnfsm.errors import (
     ConfigError,
     PinnedTooLarge,
     ProviderError,
+    ReserveTooLarge,
     TurnFSMError,
 )
 from turnfsm.messages import Message
@@ -826,25 +827,34 @@ async def simulate(
         counter = _Reserved(
             manager.counter, reserved, model, schemas[0] if schemas else ""
         )
-        driver = Driver(
-            model=model,
-            machine=machine if machine is not None else _machine(session, run),
-            system_prompt=_Reserved.TEXT if any(reserved) else None,
-            tools=tools,
-            context=attrs.evolve(manager, counter=counter),
-            max_output_tokens=None,
-            max_turns=budget.max_turns,
-            max_overflow_retries=budget.max_overflow_retries,
-            max_compactions=budget.max_compactions,
-            max_output_retries=budget.max_output_retries,
-            # A slow summary model is measured, not cut short: a deadline
-            # far past any pass a working model makes, so that one that
-            # hangs still ends the simulation.
-            model_timeout=None,
-            compaction_timeout=_PASS_DEADLINE,
-            effect_timeout=None,
-            effects=_effects(record.results, stored, stop),
-        )
+        try:
+            driver = Driver(
+                model=model,
+                machine=machine if machine is not None else _machine(session, run),
+                system_prompt=_Reserved.TEXT if any(reserved) else None,
+                tools=tools,
+                context=attrs.evolve(manager, counter=counter),
+                max_output_tokens=None,
+                max_turns=budget.max_turns,
+                max_overflow_retries=budget.max_overflow_retries,
+                max_compactions=budget.max_compactions,
+                max_output_retries=budget.max_output_retries,
+                # A slow summary model is measured, not cut short: a deadline
+                # far past any pass a working model makes, so that one that
+                # hangs still ends the simulation.
+                model_timeout=None,
+                compaction_timeout=_PASS_DEADLINE,
+                effect_timeout=None,
+                effects=_effects(record.results, stored, stop),
+            )
+        except ReserveTooLarge as exc:
+            raise ConfigError(
+                "context_window",
+                manager.context_window,
+                f"a window of more than {exc.reserved} tokens: run {run.run_id}'s "
+                f"pinned messages come beside the {exc.reserved} tokens its calls "
+                "reserved",
+            ) from None
         model.start(run.run_id, record.replies, stop)
         try:
             result: Any = None
