@@ -1581,3 +1581,29 @@ async def test_a_call_cancelled_while_the_file_opens_leaves_the_store_usable(
         assert await store.load("s") == sample_entries()[:1]
         await store.append("s", sample_entries()[1:2], expected_version=1)
     assert _rows(path, "SELECT value FROM turnfsm_meta WHERE key = 'schema_version'")
+
+
+async def test_the_log_of_a_file_replaced_under_an_open_store_is_moved_aside(
+    tmp_path: Path,
+) -> None:
+    # The replaced file's write-ahead log stayed at the path: the store's
+    # next call read it as the new file's and folded it in, and the sessions
+    # of the file put there were lost; so would any other process's opening.
+    path, backup = tmp_path / "s.db", tmp_path / "backup.db"
+    entries = sample_entries()
+    async with SQLiteStore(backup) as other:
+        await other.append("b", entries[:3], expected_version=0)
+    async with SQLiteStore(path) as store:
+        await store.append("s", entries[:2], expected_version=0)
+        assert (tmp_path / "s.db-wal").stat().st_size
+        os.replace(backup, path)  # its log left beside it
+        with pytest.raises(StoreUnusable, match="moved aside to") as raised:
+            await store.load("s")
+        (name,) = [n for n in os.listdir(tmp_path) if ".of-a-replaced-file-" in n]
+        aside = tmp_path / name
+        assert str(aside) in str(raised.value)
+        assert [s.id for s in await store.list_sessions()] == ["b"]
+    async with SQLiteStore(path) as again:
+        assert len(await again.load("b")) == 3
+        assert await again.load("s") == ()
+    assert aside.stat().st_size  # the old file's commits, kept

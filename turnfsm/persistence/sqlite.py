@@ -56,6 +56,9 @@ Theory of operation:
   the path still names the file the connection opened (one ``stat``); when
   it does not, the store closes its connection (SQLite then leaves the
   path's write-ahead log alone) and its next call opens the path anew.
+  When another file stands at the path, the log left there is the old
+  file's: it is moved aside (`_Handle.let_go`), or no opening could tell
+  it from the new file's and not fold it in.
 """
 
 from __future__ import annotations
@@ -435,14 +438,25 @@ class SQLiteStore:
     def _on(self, fn: Callable[..., T], *args: object) -> T:
         conn = self._handle.conn
         assert conn is not None  # opened by `_waiting`, or `_write` checked
-        if not self._handle.still_there():
-            self._handle.close()
+        handle = self._handle
+        if not handle.still_there():
+            moved = handle.let_go()
             raise StoreUnusable(
                 os.fspath(self.path),
                 "it was deleted or replaced while this store had it open; the "
-                "store let go of it, and its next call opens the path again",
+                "store let go of it, and its next call opens the path again"
+                + (
+                    f" (the write-ahead log it left, with commits of the file "
+                    f"that was there, was moved aside to {moved}, so that they "
+                    "are not read as the new file's)"
+                    if moved
+                    else ""
+                ),
             )
-        return fn(conn, *args)
+        result = fn(conn, *args)
+        if handle.log is None:  # learned once its first write made it
+            handle.log = _identity(_log_of(handle.file[0]))
+        return result
 
 
 class _Handle:
@@ -454,17 +468,22 @@ class _Handle:
     named when the store was made, wherever the process has gone since.
     """
 
-    __slots__ = ("conn", "file")
+    __slots__ = ("conn", "file", "log", "stale")
 
     def __init__(self) -> None:
         self.conn: sqlite3.Connection | None = None
         self.file: tuple[str, tuple[int, int] | None] = ("", None)
+        self.log: tuple[int, int] | None = None
+        """The identity of the connection's write-ahead log, once it has one."""
+        self.stale: tuple[int, int] | None = None
+        """The write-ahead log of a file replaced under the connection."""
 
     def open(
         self, path: Path, synchronous: str, busy_timeout: float, read_only: bool
     ) -> sqlite3.Connection:
         opened = self.file[0]
         where = opened or os.fspath(path.absolute())
+        self._check_log(where)
         self.conn = _open(
             Path(opened) if opened else path,
             synchronous,
@@ -480,6 +499,7 @@ class _Handle:
         Either way its absolute path is kept, for the opening to come.
         """
         where = os.fspath(path.absolute())
+        self._check_log(where)
         self.conn = opened_if_free(path, synchronous, read_only=read_only)
         self.file = (where, _identity(where) if self.conn is not None else None)
 
@@ -490,8 +510,60 @@ class _Handle:
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
+        self.log = None
         if conn is not None:
             conn.close()
+
+    def let_go(self) -> str | None:
+        """Close the connection to a file deleted or replaced under it.
+
+        SQLite leaves that file's write-ahead log at the path (it holds the
+        commits not yet folded into the file), where the next opening, by
+        this process or another, would read it as the new file's and fold
+        it in. When another file stands there, the log is moved aside (kept,
+        beside the path), and its new name returned; if it cannot be, `open`
+        refuses the path while it stays. A log left with no file is refused
+        where it is, as any such log is.
+        """
+        path = _log_of(self.file[0])
+        ours = self.log is not None and _identity(path) == self.log
+        replaced = _identity(self.file[0]) is not None  # not deleted: another file
+        self.close()
+        if not (ours and replaced) or not os.path.exists(path):
+            return None  # a log left alone is refused where it is (`_open`)
+        aside = f"{path}.of-a-replaced-file-{time.strftime('%Y%m%dT%H%M%S')}"
+        try:
+            os.rename(path, aside)
+        except OSError:
+            self.stale = _identity(path)
+            return None
+        return aside
+
+    def _check_log(self, where: str) -> None:
+        """Refuse to open `where` beside the log of the file replaced there."""
+        stale = self.stale
+        if stale is None:
+            return
+        log = _log_of(where)
+        try:
+            found = os.stat(log)
+        except OSError:
+            found = None
+        if found is None or (found.st_dev, found.st_ino) != stale or not found.st_size:
+            self.stale = None  # moved away, or folded into its own file
+            return
+        raise StoreUnusable(
+            where,
+            f"the write-ahead log beside it ({log}) is the one of the file that "
+            "was replaced there, and holds commits of that file: opening would "
+            "write them into this one; move the log away (keep it with the old "
+            "file, renamed to match it) and try again",
+        )
+
+
+def _log_of(where: str) -> str:
+    """The write-ahead log SQLite keeps beside the file at `where`."""
+    return f"{os.path.realpath(where)}-wal"
 
 
 def _identity(where: str) -> tuple[int, int] | None:
