@@ -27,7 +27,13 @@ from turnfsm.messages import Message
 from turnfsm.persistence import MemoryStore, SQLiteStore
 from turnfsm.providers import ModelRequest
 from turnfsm.simulate import simulate
-from turnfsm.testing import ExtractiveSummaryModel, FakeModelClient, ScriptedModel
+from turnfsm.testing import (
+    ExtractiveSummaryModel,
+    FakeModelClient,
+    ScriptedModel,
+    reply,
+    tool_call,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -261,6 +267,33 @@ async def test_a_session_compacted_when_recorded_is_weighed_uncompacted() -> Non
     replay = await replay_session(agent.session, context)
 
     assert replay.history_tokens == context.count(said)
+
+
+@pytest.mark.anyio
+async def test_a_paused_run_s_messages_are_weighed_too() -> None:
+    """A paused run's last call carried what it brought, committed or not."""
+    from turnfsm import approval_machine
+
+    def look() -> str:
+        """Look."""
+        return "seen " * 40
+
+    agent = Agent(
+        model=ScriptedModel.of(
+            "done: " + "so " * 30,
+            reply("", tool_call("look", "c1")),
+        ),
+        tools=[look],
+        machine=approval_machine(),
+    )
+    assert (await agent.run("first " * 30)).ok
+    paused = await agent.run("second " * 60)
+    assert paused.outcome == "paused"
+
+    replay = await replay_session(agent.session, ContextManager())
+    final = replay.calls[-1].messages
+
+    assert 0 < ContextManager().count(list(final)) <= replay.history_tokens
 
 
 @pytest.mark.anyio

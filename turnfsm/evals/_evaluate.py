@@ -241,7 +241,11 @@ class Evaluation:
             cells = [
                 r.strategy,
                 f"{r.final_tokens:,} of {r.history_tokens:,} "
-                f"({r.final_tokens / max(1, r.history_tokens):.1%})",
+                + (
+                    f"({r.final_tokens / r.history_tokens:.1%})"
+                    if r.history_tokens
+                    else "(-)"
+                ),
                 str(r.passes),
                 str(r.summary_calls),
                 f"{r.summary_usage.input_tokens:,}/{r.summary_usage.output_tokens:,}",

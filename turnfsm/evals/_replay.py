@@ -55,7 +55,8 @@ class ReplayedSession:
         passes: Every compaction pass, in order.
         cut_short: The runs that made fewer model calls than they recorded
             (they failed under this policy, e.g. over the window).
-        history_tokens: The whole stored history's estimate (uncompacted).
+        history_tokens: The whole conversation's estimate, uncompacted: what
+            every run brought in, committed or not (a paused run's too).
         caveats: What the replay cannot know, and where it differed.
         cost: The price of every call and summary at the chosen model's
             prices, in US dollars (None: no prices asked for).
@@ -134,15 +135,16 @@ async def replay_session(
 
 
 def _said(session: Session) -> list[Message]:
-    """The whole conversation `session` committed, as said: no pass applied.
+    """The whole conversation of `session`, as said: no pass applied.
 
-    What every run that ended done brought in (its input, the replies, the
-    tool results), without what its passes replaced them with.
+    What every run brought in (its input, the replies, the tool results),
+    without what its passes replaced them with: a run that did not end done
+    (paused, interrupted, failed) counts too, as its last calls carried
+    what it brought, committed or not.
     """
     out: list[Message] = []
     for run in session.runs:
-        if run.outcome == "done":
-            for event in run.events:
-                if not isinstance(event, CompactionResult):
-                    out.extend(event_messages(event))
+        for event in run.events:
+            if not isinstance(event, CompactionResult):
+                out.extend(event_messages(event))
     return out
