@@ -43,6 +43,42 @@ def test_demo_says_how_to_look_at_its_session(
     assert "look at it" not in capsys.readouterr().out  # gone when it ends
 
 
+def test_a_demo_whose_store_fails_mid_run_names_its_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It exited 2 (could not start) with the store's error alone, though the
+    # run had begun: no session named, nothing said of how to end it.
+    from turnfsm.cli import _demo
+
+    db = tmp_path / "s.db"
+
+    def read_log(name: str) -> str:
+        """Read a log file, but remove the session store first.
+
+        Args:
+            name: The log file.
+        """
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        return "gone"
+
+    built = _demo.build_demo_agent
+    monkeypatch.setattr(
+        _demo, "build_demo_agent", lambda sink, **kw: built(sink, tool=read_log, **kw)
+    )
+
+    assert main(["demo", "--store", str(db)]) == 1
+    captured = capsys.readouterr()
+    assert "turnfsm demo: cannot use" in captured.err
+    session = next(
+        line.split()[1]
+        for line in captured.out.splitlines()
+        if line.startswith("session ses_")
+    )
+    end = shlex.join(["turnfsm", "abandon", session, "--store", str(db)])
+    assert f"once the store works again, end it: {end}" in captured.out
+
+
 def test_demo_quiet_prints_only_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--quiet"]) == 0
     out = capsys.readouterr().out

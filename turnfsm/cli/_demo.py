@@ -23,8 +23,11 @@ from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import (
     LOCAL_MAX_TURNS,
     AgentOptions,
+    Crashed,
+    StoreStopped,
     interruptible,
     left_open_words,
+    raise_if_crashed,
     report_interrupted,
     run_and_close,
     run_async,
@@ -191,20 +194,21 @@ def run_demo(
     agent = build_demo_agent(sink, store=sessions, strategy=strategy)
     print(f"task: {TASK}\n", file=sink)
     left = _left_open(agent, sessions, store)
-    result = run_async(run_and_close_store, agent, TASK, stream, left)
+    try:
+        result = run_async(run_and_close_store, agent, TASK, stream, left)
+    except (Crashed, StoreStopped) as stopped:
+        return _stopped(stopped, store, stream)
     if result is None:
         return _interrupted(agent, sessions, store, stream)
     print(f"session {result.session_id} stored in {where(sessions)}", file=sink)
     _look(result.session_id, sessions, store, sink)
-    if log is not None:
-        count = dump_session(agent.session, log)
-        print(f"session log: {count} entries written to {log}", file=sink)
+    logged = _write_log(agent, log, sink)
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1
     print(file=sink)
     print(f"final answer ({result.turns} model calls): {result.text}", file=stream)
-    return 0
+    return 0 if logged else 1
 
 
 async def run_and_close_store(
@@ -219,13 +223,42 @@ async def run_and_close_store(
     stream = out or sys.stdout
     printing = [h for h in agent.driver.hooks if isinstance(h, ConsoleHook)]
     console = next((hook for hook in printing if hook.out is stream), None)
+    started = len(agent.session.runs)
     try:
         return await interruptible(
             lambda: run_and_close(agent, task), stream, left=left, console=console
         )
+    except Exception as exc:  # a run that began names its session
+        raise_if_crashed(exc, agent.session, started, where(agent.store))
+        raise
     finally:
         with anyio.CancelScope(shield=True):
             await close_store(agent.store)
+
+
+def _write_log(agent: Agent, log: str | None, sink: TextIO) -> bool:
+    """Write the session's log to `log` (--log), if given; False if it failed.
+
+    The run is over and kept in its store either way: a log that cannot be
+    written is said on standard error, and the run's end is still printed.
+    """
+    if log is None:
+        return True
+    try:
+        count = dump_session(agent.session, log)
+    except OSError as exc:
+        print(f"turnfsm demo: --log {explain(exc)}", file=sys.stderr)
+        return False
+    print(f"session log: {count} entries written to {log}", file=sink)
+    return True
+
+
+def _stopped(stopped: Crashed | StoreStopped, spec: str | None, out: TextIO) -> int:
+    """Say how the demo's run stopped mid-way, and how to end it; return 1."""
+    if isinstance(stopped, Crashed):
+        return stopped.report(out)
+    options = AgentOptions(store=spec)
+    return stopped.report("turnfsm demo", options, out, sys.stderr, resumable=False)
 
 
 def _left_open(agent: Agent, store: SessionStore, spec: str | None) -> str:
@@ -292,16 +325,17 @@ def _run_local_demo(
         )
         print(f"task: {TASK}\n", file=sink)
         left = _left_open(agent, store, spec)
-        result = run_async(run_and_close_store, agent, TASK, stream, left)
+        try:
+            result = run_async(run_and_close_store, agent, TASK, stream, left)
+        except (Crashed, StoreStopped) as stopped:
+            return _stopped(stopped, spec, stream)
     finally:
         server.stop()
     if result is None:
         return _interrupted(agent, store, spec, stream)
     print(f"session {result.session_id} stored in {where(store)}", file=sink)
     _look(result.session_id, store, spec, sink)
-    if log is not None:
-        count = dump_session(agent.session, log)
-        print(f"session log: {count} entries written to {log}", file=sink)
+    logged = _write_log(agent, log, sink)
     print(file=sink)
     if isinstance(result.error, MaxTurnsExceeded):
         print(
@@ -309,9 +343,9 @@ def _run_local_demo(
             "local model (a small base model seldom decides it is done)",
             file=stream,
         )
-        return 0
+        return 0 if logged else 1
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1
     print(f"final answer ({result.turns} model calls): {result.text}", file=stream)
-    return 0
+    return 0 if logged else 1

@@ -22,6 +22,7 @@ from typing import Final, TypeAlias
 import attrs
 
 from turnfsm import _checks
+from turnfsm._files import write_text
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import machine_option, run_async
@@ -151,7 +152,7 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
         _out_directory(target)
         dot = shutil.which("dot")
         for name, text in rendered.items():
-            (target / name).write_text(text)
+            write_text(target / name, text)
             print(f"wrote {target / name}")
             if dot is not None:
                 spec = load_machine(source / f"{Path(name).stem}.toml")
@@ -610,10 +611,10 @@ def _draw(
 ) -> None:
     suffix, dot = _check_format(path)
     if suffix == ".mmd":
-        path.write_text(render_mermaid(spec, traffic, title=title), encoding="utf-8")
+        write_text(path, render_mermaid(spec, traffic, title=title))
         return
     text = render_dot(spec, traffic, title=title)
     if dot is None:
-        path.write_text(text, encoding="utf-8")
+        write_text(path, text)
         return
     _run_dot(dot, "-o", path, text)

@@ -753,11 +753,21 @@ class StoreStopped(Exception):
         self.session_id = session_id
         self.place = place
 
-    def report(self, name: str, options: AgentOptions, out: TextIO, err: TextIO) -> int:
+    def report(
+        self,
+        name: str,
+        options: AgentOptions,
+        out: TextIO,
+        err: TextIO,
+        *,
+        resumable: bool = True,
+    ) -> int:
         """Print the store's error and how to carry the run on; return 1.
 
         A run whose session another process took over is carried on there:
-        the words say where to see what it did.
+        the words say where to see what it did. A run `turnfsm resume`
+        cannot carry on (the demo's: its agent is no option's) is told how
+        to end it instead.
         """
         print(f"{name}: {cli_words(self.cause, options)}", file=err)
         print(f"\nsession {self.session_id} stored in {self.place}", file=out)
@@ -766,6 +776,14 @@ class StoreStopped(Exception):
             print(
                 "run stopped: another process took its session over and goes on "
                 f"with it; see what it did: {shlex.join(show)}",
+                file=out,
+            )
+            return 1
+        if not resumable:
+            end = shlex.join(["turnfsm", "abandon", self.session_id, *options.flags()])
+            print(
+                "run stopped where its store failed; once the store works again, "
+                f"end it: {end}",
                 file=out,
             )
             return 1

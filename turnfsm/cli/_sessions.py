@@ -22,6 +22,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from turnfsm._files import write_text
 from turnfsm._json import escape_surrogates
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
@@ -546,8 +547,7 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
     if path is None or path == "-":
         _write_utf8(out, text)
         return 0
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(text)
+    write_text(path, text)
     print(
         f"session {terminal_text(session.id)}: {session.version} entries "
         f"written to {path}",

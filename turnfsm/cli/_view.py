@@ -15,12 +15,12 @@ import sys
 import threading
 import webbrowser
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TextIO
 
 import attrs
 
 from turnfsm import _checks
+from turnfsm._files import write_text
 from turnfsm.cli._answer import AnswerCommand, run_answer
 from turnfsm.cli._errors import check_writable, count_option, explain
 from turnfsm.cli._run import AgentOptions, model_kind, open_driver, run_async
@@ -66,7 +66,7 @@ def run_report(
             # The commands the page gives find the store the report read.
             commands=["--store", shown(store)] if store else [],
         )
-        Path(output).write_text(text, encoding="utf-8", errors="backslashreplace")
+        write_text(output, text, errors="backslashreplace")
     except (StoreError, ConfigError, OSError, ImportError) as exc:
         print(f"turnfsm report: {explain(exc)}", file=sys.stderr)
         return 2

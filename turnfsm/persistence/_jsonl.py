@@ -33,6 +33,7 @@ from typing import Any, Final, TypeGuard
 import attrs
 
 from turnfsm import serde
+from turnfsm._files import write_text
 from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
@@ -106,13 +107,11 @@ def dump_session(session: Session, path: str) -> int:
 
     Raises:
         ConfigError: `session` is not a `Session` (nothing is written).
-        OSError: `path` cannot be written.
+        OSError: `path` cannot be written (a file it began is removed).
     """
     if not isinstance(session, Session):
         raise ConfigError("session", session, "a Session (Session.load, agent.session)")
-    with open(path, "w", encoding="utf-8") as out:
-        for line in session_lines(session):
-            out.write(line + "\n")
+    write_text(path, (line + "\n" for line in session_lines(session)))
     return session.version
 
 
