@@ -1319,3 +1319,47 @@ async def test_a_caller_waiting_on_its_sub_agent_lets_its_session_compact() -> N
     for each in (session, *(await child_sessions(store, session.id))):
         for run in each.runs:
             assert replay(None, each, run.run_id).ok
+
+
+async def test_a_child_whose_run_crashed_failed_and_what_it_used_counts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The child's crash went up as the tool's own error: the caller was not
+    # told a sub-agent failed, nor its session, and what it used was lost.
+    def look(x: str) -> str:
+        """Look.
+
+        Args:
+            x: What.
+        """
+        return "ok"
+
+    def child_model(request: ModelRequest) -> ModelResponse:
+        if sum(len(m.tool_results) for m in request.messages) >= 1:
+            raise RuntimeError("the client has a bug")
+        used = Usage(input_tokens=100, output_tokens=10)
+        return ModelResponse(message=reply("", tool_call("look", x="a")), usage=used)
+
+    def lead_model(request: ModelRequest) -> Message:
+        said = [p.content for m in request.messages for p in m.tool_results]
+        return (
+            reply("saw: " + said[0]) if said else reply("", tool_call("kid", task="t"))
+        )
+
+    child = Agent(model=FakeModelClient(child_model), tools=[look], name="kid")
+    lead = Agent(
+        model=FakeModelClient(lead_model),
+        tools=[child.as_tool(name="kid", description="Ask the kid")],
+        store=MemoryStore(),
+    )
+
+    result = await lead.run("go")
+
+    assert result.ok
+    assert result.text.startswith(
+        "saw: tool 'kid' failed: SubagentFailed: the sub-agent 'kid' ended failed:"
+        " RunCrashed: run crashed on RuntimeError: the client has a bug"
+    )
+    assert result.children_usage == Usage(input_tokens=100, output_tokens=10)
+    assert "sub-agent 'kid' crashed" in caplog.text
+    assert "the client has a bug" in caplog.text

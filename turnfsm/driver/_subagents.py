@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import logging
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -74,6 +75,7 @@ from turnfsm.errors import (
     EffectFailed,
     PinnedTooLarge,
     ReplayError,
+    RunCrashed,
     SubagentFailed,
     SubagentTooDeep,
     SubagentTooMany,
@@ -94,6 +96,8 @@ from turnfsm.values import Usage
 if TYPE_CHECKING:
     from turnfsm.driver._driver import Driver
     from turnfsm.driver._effects import Effect
+
+_logger = logging.getLogger("turnfsm.driver")
 
 __all__ = [
     "SUBAGENT_MAX_CHILDREN",
@@ -975,6 +979,24 @@ async def _child_answer(
             raise SubagentFailed(
                 name, session.id, earlier.outcome, _cause(earlier.error, None)
             )
+    except Exception as exc:
+        crashed = _crashed(session, run_id, exc)
+        if crashed is None:
+            raise
+        # The child's run crashed, and its log says so: to its caller that
+        # is a child that did not answer, whose use counts as any child's.
+        # The crash is a bug of the child's: its traceback is logged.
+        _logger.warning(
+            "sub-agent %r crashed (session %s); its caller is told it failed",
+            name,
+            session.id,
+            exc_info=exc,
+        )
+        if tally is not None:
+            (await _spent(driver, session, crashed)).count_in(tally)
+        raise SubagentFailed(
+            name, session.id, crashed.outcome, _cause(crashed.error, None)
+        ) from exc
     except anyio.get_cancelled_exc_class():
         # The parent's run was cancelled (not interrupted), or the call
         # timed out (its result says so): no one waits on the child any
@@ -1207,6 +1229,19 @@ def child_ids(session_id: str, run_id: str, call_id: str) -> tuple[str, str]:
     # Any id: a lone surrogate (a store keeps one) hashes by its code point.
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return f"ses_{digest[:20]}", f"run_{digest[20:40]}"
+
+
+def _crashed(session: Session, run_id: str, exc: Exception) -> RunRecord | None:
+    """The child's run `run_id` if `exc` is its crash, as its log keeps it.
+
+    A strict hook's error (``is_crash``) crashes its caller too, at every
+    depth; an error raised before the run was logged (a setting, a busy
+    session) is not the child's answer either.
+    """
+    if getattr(exc, "is_crash", False) or not session.has_run(run_id):
+        return None
+    run = session.run(run_id)
+    return run if isinstance(run.error, RunCrashed) else None
 
 
 def _cause(error: object, waiting: Any) -> str:
