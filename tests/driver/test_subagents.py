@@ -1363,3 +1363,55 @@ async def test_a_child_whose_run_crashed_failed_and_what_it_used_counts(
     assert result.children_usage == Usage(input_tokens=100, output_tokens=10)
     assert "sub-agent 'kid' crashed" in caplog.text
     assert "the client has a bug" in caplog.text
+
+
+async def test_a_call_that_times_out_ends_its_sub_agents_at_every_depth() -> None:
+    # The grandchild was left interrupted, a run no one would resume, and
+    # what it used was counted nowhere.
+    async def wait(x: str) -> str:
+        """Wait.
+
+        Args:
+            x: What for.
+        """
+        await anyio.sleep(30)
+        return "ok"
+
+    def calls(name: str, tokens: int) -> FakeModelClient:
+        used = Usage(input_tokens=tokens, output_tokens=1)
+        call = tool_call(
+            name, "x1", **({"x": "1"} if name == "wait" else {"task": "t"})
+        )
+        return FakeModelClient(
+            lambda r: ModelResponse(message=reply("", call), usage=used)
+        )
+
+    store = MemoryStore()
+    grandchild = Agent(model=calls("wait", 7), tools=[wait], name="g")
+    child = Agent(
+        model=calls("g", 100), tools=[grandchild.as_tool(name="g", description="G")]
+    )
+
+    def lead_model(request: ModelRequest) -> Message:
+        if request.messages[-1].tool_results:
+            return reply("done")
+        return reply("", tool_call("k", "c1", task="t"))
+
+    lead = Agent(
+        model=FakeModelClient(lead_model),
+        tools=[child.as_tool(name="k", description="K")],
+        store=store,
+        tool_timeout=0.5,
+    )
+
+    with anyio.fail_after(20):
+        result = await lead.run("go")
+
+    assert result.ok
+    assert result.children_usage == Usage(input_tokens=107, output_tokens=2)
+    (middle,) = await child_sessions(store, result.session_id)
+    (bottom,) = await child_sessions(store, middle.id)
+    for below in (middle, bottom):
+        (run,) = below.runs
+        assert run.outcome == "failed"
+        assert "or a call above it, timed out" in str(run.error)

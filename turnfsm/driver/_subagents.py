@@ -1005,12 +1005,14 @@ async def _child_answer(
         if tally is not None and tally.cancel_requested:
             reason = "its parent's run was cancelled"
         elif step_timed_out():
-            reason = f"its call {call_id!r} timed out"
+            reason = f"its call {call_id!r}, or a call above it, timed out"
         if reason is not None:
             with anyio.CancelScope(shield=True):
-                ended = await driver.abandon(session, run_id, reason=reason)
-            if tally is not None:  # what it used before it ended counts too
-                _Spent.of(ended).count_in(tally)
+                await driver.abandon(session, run_id, reason=reason)
+                if tally is not None:  # what it used before it ended counts
+                    # too, its own sub-agents' with it, answered or not.
+                    record = session.run(run_id)
+                    (await _spent(driver, session, record)).count_in(tally)
         raise
     finally:
         _DEPTH.reset(depth_token)

@@ -741,7 +741,10 @@ _DEADLINE: Final[contextvars.ContextVar[float | None]] = contextvars.ContextVar(
 class timed_step:
     """Mark what runs inside as a tool call or effect whose timeout is `deadline`.
 
-    A class, not a generator: it is entered once per timed call or effect.
+    Inside a step of a calling run (a sub-agent's tool call, under its
+    caller's), the earlier deadline of the two stands: past either, no one
+    carries on what the step started. A class, not a generator: it is
+    entered once per timed call or effect.
     """
 
     __slots__ = ("_deadline", "_token")
@@ -750,17 +753,20 @@ class timed_step:
         self._deadline = deadline
 
     def __enter__(self) -> None:
-        self._token = _DEADLINE.set(self._deadline)
+        outer = _DEADLINE.get()
+        deadline = self._deadline if outer is None else min(outer, self._deadline)
+        self._token = _DEADLINE.set(deadline)
 
     def __exit__(self, *exc_info: object) -> None:
         _DEADLINE.reset(self._token)
 
 
 def step_timed_out() -> bool:
-    """Whether the tool call or effect running now is past its timeout.
+    """Whether the tool call or effect running now (or one above it) timed out.
 
     Its timeout ends it with a result of its own (an error result, a
-    cancel): no one will carry on what it started.
+    cancel): no one will carry on what it started, nor what a sub-agent it
+    called started.
     """
     deadline = _DEADLINE.get()
     return deadline is not None and anyio.current_time() >= deadline
