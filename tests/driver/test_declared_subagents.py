@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from turnfsm import Agent, Driver, approval_machine, load_machine, machines_dir
@@ -273,3 +274,44 @@ async def test_a_blank_answer_ends_the_phase_as_a_failed_child_does(
     )
     done = await routed.run("Where is Paris?")
     assert (done.outcome, done.text) == ("done", "Italy.")
+
+
+async def test_a_phase_sub_agent_that_times_out_ends_with_on_failure(
+    tmp_path: Path,
+) -> None:
+    # Its timeout ended the caller's run cancelled, as a custom effect's
+    # does, though on_failure names the signal for a sub-agent that does
+    # not answer; without on_failure it still does.
+    async def slow(x: str) -> str:
+        """Look slowly.
+
+        Args:
+            x: What.
+        """
+        await anyio.sleep(30)
+        return "seen"
+
+    def looking() -> Driver:
+        look = reply("", tool_call("slow", x="a"))
+        return Driver(model=FakeModelClient(lambda request: look), tools=[slow])
+
+    routed = Driver(
+        model=writer("Italy."),
+        machine=reviewed(tmp_path, on_failure='"approved"'),
+        subagents={"critic": looking()},
+        effect_timeout=0.5,
+    )
+    with anyio.fail_after(20):
+        done = await routed.run("Where is Paris?")
+    assert (done.outcome, done.text) == ("done", "Italy.")
+
+    plain = Driver(
+        model=writer("Italy."),
+        machine=reviewed(tmp_path),
+        subagents={"critic": looking()},
+        effect_timeout=0.5,
+    )
+    with anyio.fail_after(20):
+        cancelled = await plain.run("Where is Paris?")
+    assert cancelled.outcome == "cancelled"
+    assert "effect 'critic' timed out" in str(cancelled.error)

@@ -27,6 +27,7 @@ from turnfsm.core import (
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl
 from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect, effect_key
+from turnfsm.driver._subagents import PhaseDelegation
 from turnfsm.driver._tools import is_late, timed_step, warn_if_held
 from turnfsm.errors import InvalidReturn
 from turnfsm.providers import ModelPrices
@@ -125,7 +126,7 @@ async def carry_out(
             else f"effect {key!r}"
         )
         warn_if_held(what, scope, limit, logger)
-    return _timed_out(ctx, decision, key, limit)
+    return _timed_out(ctx, decision, key, limit, effect)
 
 
 def _limit(settings: EffectSettings, decision: Decision) -> float | None:
@@ -138,7 +139,11 @@ def _limit(settings: EffectSettings, decision: Decision) -> float | None:
 
 
 def _timed_out(
-    ctx: EffectContext, decision: Decision, key: str, limit: float | None
+    ctx: EffectContext,
+    decision: Decision,
+    key: str,
+    limit: float | None,
+    effect: Effect | None = None,
 ) -> Event:
     snapshot = ctx.snapshot
     if isinstance(decision, Compact):
@@ -155,7 +160,17 @@ def _timed_out(
             ),
             usage=ctx.spent.total,
         )
-    return RunCancelled(reason=f"effect {key!r} timed out after {limit}s")
+    said = f"effect {key!r} timed out after {limit}s"
+    delegated = PhaseDelegation.of(effect) if effect is not None else None
+    if (
+        isinstance(decision, Perform)
+        and delegated is not None
+        and delegated.on_failure is not None
+    ):
+        # A sub-agent phase whose child did not answer in time: the phase
+        # ends as for any child that did not answer (its run is ended).
+        return delegated.failed(decision, TimeoutError(f"{said} - effect_timeout"))
+    return RunCancelled(reason=said)
 
 
 def _event_of(key: str, value: object) -> Event:
