@@ -404,7 +404,9 @@ def test_result_over_the_window_minus_reserved_overflows() -> None:
         reserved=51,
     )
 
-    assert decision == CompactionOverflowed(used=after + 51, limit=after + 50)
+    assert decision == CompactionOverflowed(
+        used=after + 51, limit=after + 50, before=COUNTER.count(messages) + 51
+    )
 
 
 def test_result_exactly_fitting_the_window_minus_reserved_is_compacted() -> None:

@@ -56,7 +56,7 @@ POSITIONAL: list[tuple[type[Event], tuple[Any, ...], Event]] = [
         OutputRejected(message=REPLY, errors=("bad",), feedback=ASK, usage=USAGE),
     ),
     (ModelFailed, (ERR, USAGE), ModelFailed(error=ERR, usage=USAGE)),
-    (ContextOverflowed, (ERR,), ContextOverflowed(error=ERR)),
+    (ContextOverflowed, (ERR, USAGE), ContextOverflowed(error=ERR, usage=USAGE)),
     (ToolsFinished, ((USER,),), ToolsFinished(results=(USER,))),
     (ToolCallsReviewed, ((USER,),), ToolCallsReviewed(results=(USER,))),
     (
@@ -73,8 +73,8 @@ POSITIONAL: list[tuple[type[Event], tuple[Any, ...], Event]] = [
     ),
     (
         CompactionOverflowed,
-        (9, 8, USAGE),
-        CompactionOverflowed(used=9, limit=8, usage=USAGE),
+        (9, 8, USAGE, 7),
+        CompactionOverflowed(used=9, limit=8, usage=USAGE, before=7),
     ),
     (
         CompactorFailed,

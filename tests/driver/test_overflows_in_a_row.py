@@ -171,6 +171,7 @@ async def test_a_run_logged_before_replays_as_it_ran(
         budget=run.opened.budget,
         at=run.opened.at,
         context=run.opened.context,
+        output_digest=run.opened.output_digest,
     )
 
     report = replay(None, session, run.run_id)
