@@ -536,6 +536,16 @@ def test_a_missing_field_is_named() -> None:
     assert (error.path, error.reason) == ("message", "missing")
 
 
+def test_a_field_the_record_does_not_have_is_named() -> None:
+    # It was read and dropped: written back, the record lost it without a word.
+    error = corrupt(Event, {"type": "Measured", "estimate": 5, "confidence": 0.9})
+    assert (error.path, error.reason) == ("confidence", "not a field of this record")
+
+    usage = {**serde.to_json(Usage(input_tokens=1, output_tokens=2)), "cost": 3}
+    error = corrupt(Usage, usage)
+    assert (error.path, error.reason) == ("cost", "not a field of this record")
+
+
 @pytest.mark.parametrize("bad", ["5", 5.5, True, None])
 def test_a_value_of_the_wrong_json_type_is_rejected(bad: object) -> None:
     error = corrupt(Measured, {"type": "Measured", "estimate": bad})

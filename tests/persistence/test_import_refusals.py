@@ -340,6 +340,25 @@ BAD_FILES = [
         "line 19: data.keep",
         "keeps 9 messages of a history of 4",
     ),
+    # Each imported, the field dropped: exported again, the log lost it.
+    BadFile(
+        "a key the header does not have",
+        _header(lambda h: h.update(encryption="aes")),
+        "line 1: encryption",
+        "not a field of a session log line",
+    ),
+    BadFile(
+        "a key an entry line does not have",
+        edit_line(5, lambda d: d.update(signed_by="me")),
+        "line 5: signed_by",
+        "not a field of a session log line",
+    ),
+    BadFile(
+        "a field an event does not have, its digest made again",
+        edit_line(4, lambda d: d["data"]["event"].update(bogus=1)),
+        "line 4: data.event.bogus",
+        "not a field of this record",
+    ),
 ]
 
 

@@ -411,6 +411,7 @@ def _header(where: str, data: dict[str, Any]) -> tuple[str, int | None]:
     """
     if data.get("format") != FORMAT:
         raise CorruptRecord(_LOG, where or "format", _NOT_A_HEADER)
+    _check_keys(where, data, _HEADER_KEYS)
     if "v" not in data:
         raise CorruptRecord(
             _LOG, _at(where, "v"), "missing: the header names the log's version"
@@ -542,6 +543,8 @@ def _entry(where: str, data: Any, *, whole: bool) -> Entry:
         raise CorruptRecord(
             _LOG, where, "a second header: a log has one, on its first line"
         )
+    if isinstance(data, dict):
+        _check_keys(where, data, _LINE_KEYS)
     if isinstance(data, dict) and (DIGESTS in data or whole):
         _check_digests(where, data)
     try:
@@ -553,6 +556,21 @@ def _entry(where: str, data: Any, *, whole: bool) -> Entry:
         raise CorruptRecord(kind, _at(where, exc.path), exc.reason) from None
     except RecursionError:
         raise CorruptRecord(_LOG, where, _TOO_DEEP) from None
+
+
+_HEADER_KEYS: Final = frozenset({"format", "v", "session_id", "log_version", COUNT})
+_LINE_KEYS: Final = frozenset({"v", "type", "data", DIGESTS, SEQ})
+
+
+def _check_keys(where: str, line: dict[str, Any], known: frozenset[str]) -> None:
+    """Refuse a key no reader knows: read and written back, it would be lost."""
+    unknown = sorted(set(line) - known)
+    if unknown:
+        raise CorruptRecord(
+            _LOG,
+            _at(where, unknown[0]),
+            "not a field of a session log line",
+        )
 
 
 def _check_digests(where: str, line: dict[str, Any]) -> None:

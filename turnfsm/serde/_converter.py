@@ -27,6 +27,7 @@ from cattrs.errors import (
     AttributeValidationNote,
     BaseValidationError,
     CattrsError,
+    ForbiddenExtraKeysError,
     IterableValidationNote,
 )
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
@@ -272,11 +273,10 @@ def stored_keys(cls: type) -> dict[str, Any]:
 
 
 def _attrs_structure_factory(cls: Any) -> Callable[[object, Any], Any]:
-    renamed = stored_keys(cls)
-    base = (
-        make_dict_structure_fn(cls, _converter, **renamed)
-        if renamed
-        else _converter.gen_structure_attrs_fromdict(cls)
+    # A key no field reads (a newer turnfsm's, a hand edit) is refused: read
+    # and written back, the record would lose it without a word.
+    base = make_dict_structure_fn(
+        cls, _converter, _cattrs_forbid_extra_keys=True, **stored_keys(cls)
     )
 
     def structure(value: object, _: Any) -> Any:
@@ -340,6 +340,9 @@ def _corrupt(cls: object, exc: BaseException) -> CorruptRecord:
     elif isinstance(exc, CorruptRecord):
         path.append(exc.path)
         reason = exc.reason
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        path.append(sorted(exc.extra_fields)[0])
+        reason = "not a field of this record"
     elif isinstance(exc, KeyError):
         key = exc.args[0] if exc.args else ""
         if not path or path[-1] != key:

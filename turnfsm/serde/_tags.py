@@ -128,7 +128,9 @@ def _body_structure(cls: type) -> Callable[[Mapping[str, Any], Any], Any]:
     hook = _BODY_STRUCTURE.get(cls)
     if hook is None:
         attrs.resolve_types(cls)
-        hook = make_dict_structure_fn(cls, _converter, **_escapes(cls))
+        hook = make_dict_structure_fn(
+            cls, _converter, _cattrs_forbid_extra_keys=True, **_escapes(cls)
+        )
         _BODY_STRUCTURE[cls] = hook
     return hook
 
