@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -92,3 +93,19 @@ def test_a_session_id_given_as_the_log_points_to_session(
         err = capsys.readouterr().err
         assert "does not exist" in err
         assert "--session" not in err
+
+
+def test_a_log_on_standard_input_is_read_with_a_dash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `turnfsm sessions export ID | turnfsm replay -` was told to give
+    # "--session -".
+    log = _demo_log(tmp_path)
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(log.read_bytes())))
+    assert main(["replay", "-"]) == 0
+    assert "events replayed exactly (done)" in capsys.readouterr().out
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert main(["replay", "-"]) == 2
+    assert "(standard input gave nothing)" in capsys.readouterr().err

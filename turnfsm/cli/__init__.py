@@ -249,8 +249,9 @@ def _parser() -> argparse.ArgumentParser:
         "log",
         nargs="?",
         type=_path,
-        help="a session log written by `turnfsm demo --log` "
-        "(or give --session ID to read one from a store)",
+        help="a session log written by `turnfsm demo --log` or `turnfsm "
+        "sessions export` (- reads it from standard input; or give --session "
+        "ID to read one from a store)",
     )
     replay.add_argument(
         "--session", metavar="ID", type=_session_id, help="replay a stored session"

@@ -111,7 +111,9 @@ def _open(
     if path is not None and session_id is not None:
         raise ConfigError("--session", session_id, f"no --session with a LOG ({path})")
     if path is not None:
-        if os.sep not in path and "." not in path and not os.path.lexists(path):
+        if path == "-":  # the log on standard input (`sessions export ID | ...`)
+            data = sys.stdin.buffer.read()
+        elif os.sep not in path and "." not in path and not os.path.lexists(path):
             # A bare name that is no file: likely the session meant.
             raise ConfigError(
                 "LOG",
@@ -119,14 +121,19 @@ def _open(
                 "a session log file (there is none of that name; to replay "
                 f"a stored session, give --session {path})",
             )
-        with open(path, "rb") as file:
-            data = file.read()
+        else:
+            with open(path, "rb") as file:
+                data = file.read()
         if not data.strip():  # the library's error would name its argument
             raise ConfigError(
                 "LOG",
                 path,
                 "a session log, as `turnfsm sessions export` writes it "
-                "(this file is empty)",
+                + (
+                    "(standard input gave nothing)"
+                    if path == "-"
+                    else "(this file is empty)"
+                ),
             )
         if is_store_file(data):  # it would read as text that is not UTF-8
             raise ConfigError(
