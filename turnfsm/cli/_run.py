@@ -779,18 +779,13 @@ class StoreStopped(Exception):
                 file=out,
             )
             return 1
-        if not resumable:
-            end = shlex.join(["turnfsm", "abandon", self.session_id, *options.flags()])
-            print(
-                "run stopped where its store failed; once the store works again, "
-                f"end it: {end}",
-                file=out,
-            )
-            return 1
-        resume = shlex.join(["turnfsm", "resume", self.session_id, *options.flags()])
+        what, command = (
+            ("carry it on", "resume") if resumable else ("end it", "abandon")
+        )
+        then = shlex.join(["turnfsm", command, self.session_id, *options.flags()])
         print(
             "run stopped where its store failed; once the store works again, "
-            f"carry it on: {resume}",
+            f"{what}: {then}",
             file=out,
         )
         return 1
