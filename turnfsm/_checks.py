@@ -424,8 +424,8 @@ def cannot_take(method: object, shape: Shape) -> str | None:
     to its call. Each function is judged once per shape.
     """
     fn = getattr(method, "__func__", None)
-    bound = fn is not None
-    if not bound:
+    bound = fn is not None and not isinstance(method, staticmethod)
+    if fn is None:
         fn = method
     if not inspect.isfunction(fn):
         return None

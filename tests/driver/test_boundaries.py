@@ -316,3 +316,28 @@ def test_a_setting_the_constructor_would_refuse_changes_nothing() -> None:
     assert driver.context is not None
     assert (driver.context_window, driver.context.window) == (8_000, 8_000)
     assert driver.max_turns == driver.budget.max_turns == 50
+
+
+def test_a_window_or_a_model_changed_on_a_built_driver_is_worked_out_again() -> None:
+    # The window the driver had taken from the model (or its own fallback)
+    # was carried into the rebuild as if given: a new window was refused, a
+    # smaller model's too, and a bigger model's left the old window.
+    class Sized:
+        def __init__(self, window: int) -> None:
+            self.context_window, self.model = window, f"m{window}"
+
+        async def complete(self, request: object) -> str:
+            return "ok"
+
+    driver = Driver(model=ScriptedModel.of("ok"))
+    driver.context_window = 8_000
+    assert driver.context is not None
+    assert driver.context.window == driver.budget.context_window == 8_000
+
+    driver = Driver(model=ScriptedModel.of("ok"))
+    windows = []
+    for window in (16_000, 128_000, 16_000):
+        driver.model = Sized(window)  # type: ignore[assignment]
+        assert driver.context is not None
+        windows.append(driver.context.window)
+    assert windows == [16_000, 128_000, 16_000]

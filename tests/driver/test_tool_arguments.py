@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
@@ -717,6 +718,35 @@ def test_a_parameter_the_schema_leaves_out_is_a_config_error() -> None:
         "invalid Tool('resize').parameters.properties={}: expected a property"
         " 'width': _resize takes it with no default"
     )
+
+
+def test_a_schema_that_composes_its_properties_or_a_decorator_that_supplies_one() -> (
+    None
+):
+    # Both were refused as "expected a property 'width'": the properties are
+    # in allOf, and the decorator gives `db` itself.
+    composed = {
+        "type": "object",
+        "allOf": [
+            {"properties": {"width": {"type": "integer"}}, "required": ["width"]},
+            {"properties": {"unit": {"type": "string"}}},
+        ],
+    }
+    assert Tool(name="resize", description="d", fn=_resize, parameters=composed)
+
+    def resize(db: object, width: int, unit: str = "px") -> str:
+        return f"{width}{unit}"
+
+    @functools.wraps(resize)
+    def with_db(**arguments: Any) -> str:
+        return resize(db="the database", **arguments)
+
+    schema = {
+        "type": "object",
+        "properties": {"width": {"type": "integer"}, "unit": {"type": "string"}},
+        "required": ["width"],
+    }
+    assert Tool(name="resize", description="d", fn=with_db, parameters=schema)
 
 
 def test_a_default_that_is_no_value_of_its_parameter_is_a_tool_error() -> None:

@@ -113,3 +113,14 @@ def test_a_handler_that_cannot_take_the_request_is_refused_when_made() -> None:
     with pytest.raises(ConfigError, match=r"not a generator"):
         FakeModelClient(replies)  # type: ignore[arg-type]
     assert FakeModelClient(lambda request, extra=1: "x").requests == []
+
+
+def test_a_static_method_in_a_class_body_is_a_handler() -> None:
+    class Scripted:
+        @staticmethod
+        def answer(request: object) -> str:
+            return "ok"
+
+        model = FakeModelClient(answer)  # type: ignore[arg-type]
+
+    assert Scripted.model.requests == []

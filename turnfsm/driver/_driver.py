@@ -310,14 +310,10 @@ def _rebuilt(driver: Driver, attribute: attrs.Attribute[Any], value: Any) -> Any
     if not attribute.init or attribute.alias is None:
         return value
     changes: dict[str, Any] = {attribute.alias: value}
-    context = driver.context
-    if (
-        attribute.name == "context_window"
-        and context is not None
-        and context.context_window == driver.context_window
-    ):
-        # The manager took the driver's window: it takes the new one.
-        changes["context"] = attrs.evolve(context, context_window=0)
+    if attribute.name != "context":
+        # The manager as it was given: the window it took from the driver
+        # or the model is worked out again, from the new settings.
+        changes["context"] = driver._given_context
     fresh = attrs.evolve(driver, **changes)
     for field in attrs.fields(Driver):
         if not field.init and field.name not in ("_meter", "_compacting"):
@@ -511,6 +507,8 @@ class Driver:
     _extras: tuple[str, ...] = attrs.field(init=False)
     _settings: EffectSettings = attrs.field(init=False)
     _compacting: Driver | None = attrs.field(init=False, default=None)
+    # The context manager as given, before it took the window (`_rebuilt`).
+    _given_context: ContextManager | None = attrs.field(init=False, default=None)
     # The meter of the runs, and the context manager it was made for: kept
     # across runs, so the prices of the extras (tool schemas, the system
     # prompt) outlive each run instead of being counted again by the next.
@@ -521,6 +519,7 @@ class Driver:
     def __attrs_post_init__(self) -> None:
         _quiet_transitions()  # its machine's steps are the trace's, not the log's
         # The window: the model's known one unless given; refused if larger.
+        object.__setattr__(self, "_given_context", self.context)
         if self.context is not None:
             context = _windowed(self.context, self.context_window)
             # Not through the setter: it builds a driver again from this one.

@@ -330,13 +330,30 @@ _BY_NAME: Final = (
 )
 
 
+_COMPOSED: Final = frozenset({"allOf", "anyOf", "oneOf", "$ref"})
+"""Schema keys that describe properties elsewhere than in ``properties``."""
+
+
+def _own_parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The parameters a call of `fn` itself must give (not a wrapped function's).
+
+    A decorator that supplies some of its function's arguments (``wraps``
+    and ``**kwargs``) asks for none of them.
+    """
+    try:
+        return list(inspect.signature(fn, follow_wrapped=False).parameters.values())
+    except (TypeError, ValueError):
+        return []
+
+
 def _check_takes(name: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:
     """Refuse a schema that does not fit `fn`: some call of it would fail.
 
     Each property, and each required name, must be a parameter `fn` takes
-    by name, unless it takes ``**kwargs``; each parameter `fn` takes with
-    no default must be a property. A function whose signature cannot be
-    read is taken on trust.
+    by name, unless it takes ``**kwargs``; each parameter `fn` itself takes
+    with no default must be a property (unless the schema composes its
+    properties: ``allOf``, ``anyOf``, ``oneOf``, ``$ref``). A function whose
+    signature cannot be read is taken on trust.
     """
     try:
         params = inspect.signature(fn).parameters.values()
@@ -346,8 +363,13 @@ def _check_takes(name: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -
     properties = schema.get("properties")
     if not isinstance(properties, Mapping):
         properties = {}
-    for p in params:
-        if p.kind in _BY_NAME and p.default is p.empty and p.name not in properties:
+    for p in _own_parameters(fn):
+        if (
+            p.kind in _BY_NAME
+            and p.default is p.empty
+            and p.name not in properties
+            and not _COMPOSED.intersection(schema)
+        ):
             # The model is never told of it, and no call works without it.
             raise ConfigError(
                 f"Tool({name!r}).parameters.properties",
