@@ -273,7 +273,6 @@ class Tool:
             in_subprocess=in_subprocess,
             idempotent=idempotent,
         )
-        _check_defaults(tool)
         return tool
 
     @property
@@ -400,7 +399,7 @@ def _check_takes(name: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -
             )
 
 
-def _check_defaults(tool: Tool) -> None:
+def _check_defaults(fn: Callable[..., Any], parameters: Mapping[str, Any]) -> None:
     """Refuse a parameter whose default is no value of its annotation.
 
     A call that leaves it out gets the default, unchecked: ``x: int =
@@ -408,27 +407,35 @@ def _check_defaults(tool: Tool) -> None:
     string, a number, a bool) are checked against the parameter's schema;
     None is taken as "not given" (``limit: int = None``), and any other
     default (an enum member, a tuple, an instance) on trust.
+
+    Raises:
+        Unsupported: a default is no value of its parameter.
     """
     try:
-        params = inspect.signature(tool.fn).parameters.values()
+        params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return
-    properties = tool.parameters.get("properties", {})
-    for param in params:
+    properties = parameters.get("properties", {})
+    plain = [
+        p
+        for p in params
+        if p.name in properties and type(p.default) in (str, int, float, bool)
+    ]
+    if not plain:
+        return
+    validator = arguments_check("", parameters)
+    for param in plain:
         default = param.default
-        if param.name not in properties or type(default) not in (str, int, float, bool):
-            continue
         try:
-            check_arguments(tool._validator, {param.name: default})
+            check_arguments(validator, {param.name: default})
         except InvalidArguments as exc:
             wrong = [p for p in exc.problems if p.path[:1] == (param.name,)]
             if wrong:
-                raise ToolError(
-                    tool.name,
+                raise Unsupported(
                     f"the default of parameter {param.name!r} ({default!r}) is "
                     f"no value it takes ({wrong[0].expected}): a call that leaves "
                     "it out would get it unchecked; change the default or the "
-                    "annotation",
+                    "annotation"
                 ) from None
 
 
@@ -822,6 +829,7 @@ def _described(
     doc, own = _doc_of(fn)
     summary, arg_docs = parse_doc(doc)
     parameters, structure = describe_function(fn, arg_docs, documented=own)
+    _check_defaults(fn, parameters)
     described = (summary, parameters, structure)
     with contextlib.suppress(TypeError):
         _DESCRIBED[fn] = described
