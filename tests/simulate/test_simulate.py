@@ -488,3 +488,51 @@ async def test_a_run_stopped_from_outside_stops_where_its_log_stops(
     # Under other settings too, the runs stop where the log stops.
     other = await simulate(stored, context=ContextManager(context_window=50_000))
     assert other.differences == ()
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_summary_model_failed_is_simulated_as_it_ran() -> None:
+    # Under the log's own settings it asked for a summary model: the failed
+    # pass holds no summary, and the simulation called that a conversation
+    # that differs from the recorded one.
+    from turnfsm import SummarizingCompactor
+    from turnfsm.driver import RetryPolicy
+    from turnfsm.errors import ProviderError
+
+    def listing(n: int) -> str:
+        """List lines.
+
+        Args:
+            n: How many.
+        """
+        return "\n".join(f"line {i} data data data" for i in range(n))
+
+    def model(request: ModelRequest) -> Message:
+        messages = list(request.messages)
+        asked = max(i for i, m in enumerate(messages) if m.role.value == "user")
+        results = sum(len(m.tool_results) for m in messages[asked:])
+        return reply("", tool_call("listing", n=120)) if results < 3 else reply("ok")
+
+    def down(request: ModelRequest) -> Message:
+        raise ProviderError("the summary model is down", retryable=False)
+
+    context = ContextManager(
+        SummarizingCompactor(model=FakeModelClient(down), keep_recent_turns=1),
+        context_window=6_000,
+        counter=HeuristicTokenCounter(),
+    )
+    agent = Agent(
+        model=FakeModelClient(model),
+        tools=[listing],
+        context=context,
+        retry=RetryPolicy(max_attempts=1),
+    )
+    for task in range(4):
+        await agent.run(f"list {task}")
+    passes = [p for run in agent.session.runs for p in run.compactions]
+    assert {p.verdict.value for p in passes} == {"failed"}
+
+    sim = await simulate(agent.session)
+
+    assert sim.differences == ()
+    assert [_pass(p) for p in sim.passes] == [_pass(p) for p in passes]

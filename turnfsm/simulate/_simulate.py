@@ -32,6 +32,7 @@ from turnfsm.context import (
 )
 from turnfsm.core import (
     CompactionResult,
+    CompactorFailed,
     Event,
     MachineSpec,
     Measured,
@@ -313,25 +314,35 @@ class _ReplayModel:
         self.run_id = ""
         self.missing: ConfigError | None = None
         self.stop: _Stop | None = None
+        self.failed: list[CompactorFailed] = []
 
     def start(
         self,
         run_id: str,
         replies: Sequence[tuple[Message, Usage | None]],
         stop: _Stop | None = None,
+        failed: Sequence[CompactorFailed] = (),
     ) -> None:
         """Answer run `run_id`'s calls with its recorded `replies` from now on.
 
         With `stop` (the log stops inside the run), a call past them
-        interrupts the run there, as it was.
+        interrupts the run there, as it was. `failed` are the run's passes
+        that failed, in order: a summary the log does not hold is asked of
+        such a pass, and fails as it did.
         """
         self.run_id = run_id
         self.replies = list(replies)
         self.given = 0
         self.stop = stop
+        self.failed = list(failed)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if _SUMMARY.get():
+            if self.summary_model is None and self.failed:
+                # The recorded pass failed here (its summary model was down):
+                # the simulated one fails the same way, with the same words.
+                error = self.failed.pop(0).error
+                raise ProviderError(error.message, retryable=False, status=error.status)
             if self.summary_model is None:
                 self.missing = ConfigError(
                     "summary_model",
@@ -855,7 +866,8 @@ async def simulate(
                 f"pinned messages come beside the {exc.reserved} tokens its calls "
                 "reserved",
             ) from None
-        model.start(run.run_id, record.replies, stop)
+        failed = [e for e in run.events if isinstance(e, CompactorFailed)]
+        model.start(run.run_id, record.replies, stop, failed)
         try:
             result: Any = None
             with stop.scope if stop is not None else contextlib.nullcontext():
