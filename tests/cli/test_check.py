@@ -89,7 +89,7 @@ def test_check_processes_every_file_of_a_directory(
     out, err = capsys.readouterr()
     dest = line_with(STOCK, 'dest = "done"')
     assert status == 1
-    assert out == f"{tmp_path / 'b_good.toml'}: ok (7 phases, 30 transitions)\n"
+    assert out == f"{tmp_path / 'b_good.toml'}: ok (7 phases, 33 transitions)\n"
     assert err.splitlines() == [
         f"{tmp_path / 'a_bad.toml'}:{dest}:"
         " transition #10 (model_replied): unknown dest phase 'don'"
@@ -110,10 +110,10 @@ def test_check_takes_files_and_directories_and_goes_on_past_a_missing_one(
     out, err = capsys.readouterr()
     assert status == 1
     assert out.splitlines() == [
-        f"{REPO_ROOT / 'machines' / 'approval.toml'}: ok (8 phases, 31 transitions)",
+        f"{REPO_ROOT / 'machines' / 'approval.toml'}: ok (8 phases, 34 transitions)",
         f"{REPO_ROOT / 'machines' / 'compaction.toml'}: ok (4 phases, 8 transitions)",
-        f"{REPO_ROOT / 'machines' / 'review.toml'}: ok (8 phases, 33 transitions)",
-        f"{REPO_ROOT / 'machines' / 'turn.toml'}: ok (7 phases, 30 transitions)",
+        f"{REPO_ROOT / 'machines' / 'review.toml'}: ok (8 phases, 36 transitions)",
+        f"{REPO_ROOT / 'machines' / 'turn.toml'}: ok (7 phases, 33 transitions)",
     ]
     assert err.splitlines() == [
         f"{empty}: no machine files (*.toml)",
@@ -130,10 +130,10 @@ def test_check_passes_on_the_shipped_machines(
     out, err = capsys.readouterr()
     assert (status, err) == (0, "")
     assert [line.split(": ")[1] for line in out.splitlines()] == [
-        "ok (8 phases, 31 transitions)",
+        "ok (8 phases, 34 transitions)",
         "ok (4 phases, 8 transitions)",
-        "ok (8 phases, 33 transitions)",
-        "ok (7 phases, 30 transitions)",
+        "ok (8 phases, 36 transitions)",
+        "ok (7 phases, 33 transitions)",
     ]
 
 

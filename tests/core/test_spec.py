@@ -28,10 +28,14 @@ from turnfsm.core import (
     Budget,
     CallLLM,
     Compact,
+    CompactionCircuitOpened,
     CompactionNoop,
+    CompactionOverflowed,
     CompactionResult,
+    CompactorFailed,
     CompactReason,
     Decision,
+    ErrorInfo,
     Event,
     Fail,
     MachineSpec,
@@ -94,7 +98,7 @@ def test_stock_machine_loads() -> None:
         "done",
         "failed",
     )
-    assert len(spec.transitions) == 30
+    assert len(spec.transitions) == 33
     assert spec.triggers == {
         "run_started",
         "measured",
@@ -131,9 +135,9 @@ def test_what_each_phase_accepts_is_worked_out_once_with_the_spec() -> None:
 @pytest.mark.parametrize(
     ("file", "digest"),
     [
-        ("turn.toml", "7c900b66f2d4d97f"),
-        ("approval.toml", "e0319029c3a1395b"),
-        ("review.toml", "ee8fc29ebba02bb4"),
+        ("turn.toml", "b07b551d19bd68d1"),
+        ("approval.toml", "4a56361a6100b686"),
+        ("review.toml", "fd6cf4efb5c2de44"),
         ("compaction.toml", "e6a279b04807f09c"),
     ],
 )
@@ -925,7 +929,7 @@ def test_custom_effect_phase_driven_by_signals() -> None:
 
     assert (len(spec.phases), len(spec.transitions), spec.signals) == (
         8,
-        32,
+        35,
         ("approved", "rejected"),
     )
     assert decisions == [
@@ -1158,7 +1162,7 @@ def test_the_compaction_limit_alone_bounds_passes_without_stall_exits() -> None:
 
     spec = MachineSpec.from_toml(text)
 
-    assert len(spec.transitions) == 28
+    assert len(spec.transitions) == 31
 
 
 def test_an_unconditional_limit_check_covers_every_compaction() -> None:
@@ -1583,6 +1587,59 @@ def test_a_message_count_noop_spends_the_line_instead_of_failing() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        CompactorFailed(
+            used=100, limit=1_000, error=ErrorInfo(type="APIError", message="down")
+        ),
+        CompactionCircuitOpened(failures=3),
+        CompactionOverflowed(used=2_000, limit=1_000),
+    ],
+    ids=["compactor-failed", "circuit-open", "overflowed"],
+)
+def test_a_message_count_pass_that_fails_calls_the_model_as_it_was(
+    event: Event,
+) -> None:
+    """The token lines held, so the request fits: no pass is no reason to fail."""
+    history, pending = conversation(4)
+    machine, _ = message_count_pass()
+
+    decision = machine.handle(event)
+
+    assert (machine.phase, decision) == (
+        "start",
+        Measure(history=history, pending=pending),
+    )
+    snapshot = machine.snapshot
+    assert (snapshot.message_line_spent, snapshot.compactions, snapshot.failure) == (
+        True,
+        1,
+        None,
+    )
+    assert isinstance(machine.handle(Measured(estimate=100)), CallLLM)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        CompactorFailed(
+            used=100, limit=1_000, error=ErrorInfo(type="APIError", message="down")
+        ),
+        CompactionCircuitOpened(failures=3),
+    ],
+    ids=["compactor-failed", "circuit-open"],
+)
+def test_a_threshold_pass_that_fails_still_fails_the_run(event: Event) -> None:
+    machine, decision = measure(Budget(context_window=1_000, threshold=50), 2, 600)
+    assert isinstance(decision, Compact)
+    assert decision.reason is CompactReason.THRESHOLD_EXCEEDED
+
+    decision = machine.handle(event)
+
+    assert (machine.phase, type(decision)) == ("failed", Fail)
+
+
 def test_a_spent_message_line_calls_the_model_over_the_line() -> None:
     history, pending = conversation(4)
     machine, _ = message_count_pass()
@@ -1822,7 +1879,7 @@ def test_a_transition_after_one_without_conditions_never_fires_and_is_refused() 
         " without conditions before it (into 'call_llm') takes every 'measured'"
         " there: move it before that one, or remove it"
     )
-    assert (problem.field, problem.value) == ("transitions[30]", "measured")
+    assert (problem.field, problem.value) == ("transitions[33]", "measured")
     assert problem.line == len(STOCK.splitlines()) + 2
 
 

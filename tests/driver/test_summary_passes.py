@@ -472,6 +472,31 @@ async def test_a_message_count_pass_that_cuts_nothing_lets_the_run_finish() -> N
     assert len(record.covers) == len(messages) == 52
 
 
+async def test_a_summary_model_that_is_down_fails_no_run_on_the_message_line() -> None:
+    """Passes for the message-count line fail, then the breaker opens: runs go on."""
+    down = FakeModelClient(lambda r: "")  # an empty summary is a failed pass
+    agent_model = FakeModelClient(lambda r: "ok")
+    driver = Driver(
+        model=agent_model,
+        context=ContextManager(
+            SummarizingCompactor(model=down, keep_recent_turns=1),
+            context_window=100_000,
+            max_messages=4,
+        ),
+    )
+    session = Session()
+
+    results = [await driver.run(f"question {i}", session=session) for i in range(6)]
+
+    assert [(r.outcome, r.error) for r in results] == [("done", None)] * 6
+    verdicts = [c.verdict.value for r in session.runs for c in r.compactions]
+    assert verdicts == ["failed", "failed", "failed", "circuit_open"]
+    assert session.breaker_open
+    assert [m.text for m in session.history][-2:] == ["question 5", "ok"]
+    assert len(session.history) == 12  # nothing was cut, nothing lost
+    assert len(agent_model.requests) == 6
+
+
 async def test_long_tool_turns_over_the_message_line_finish() -> None:
     """Two tool-using turns of 28 messages and a question: over the line of 50."""
     messages = [*tool_turn(0), *tool_turn(1), Message.user("what now?")]
