@@ -310,6 +310,52 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
     assert refused.value.reserved > 1_000
 
 
+class Billions:
+    """A faulty counter: a billion tokens for any text."""
+
+    def count(self, messages: object) -> int:
+        return 1_000_000_000
+
+    def count_text(self, text: str) -> int:
+        return 1_000_000_000
+
+
+def test_a_counter_at_fault_is_named_when_the_agent_is_built() -> None:
+    """Nine characters of system prompt are not what is over the window."""
+    manager = ContextManager(context_window=8_000, counter=Billions())
+
+    with pytest.raises(ReserveTooLarge) as refused:
+        Driver(
+            model=ScriptedModel.of("never"), context=manager, system_prompt="Be brief."
+        )
+
+    assert refused.value.field == "counter"
+    assert "Billions counted" in str(refused.value)
+    assert "fix the counter" in str(refused.value)
+
+
+class Framed:
+    """A plain counter whose count of no messages is its framing, 10 tokens."""
+
+    def count(self, messages: list[Message]) -> int:
+        return 10 + sum(len(m.text) // 4 for m in messages)
+
+    def count_text(self, text: str) -> int:
+        return len(text) // 4
+
+
+def test_an_agent_without_tools_reserves_nothing_for_them() -> None:
+    manager = ContextManager(context_window=1_000, counter=Framed())
+
+    with pytest.raises(ReserveTooLarge) as refused:
+        Driver(
+            model=ScriptedModel.of("never"), context=manager, system_prompt="x" * 8_000
+        )
+
+    assert refused.value.field == "system_prompt"
+    assert "tool schemas 0," in str(refused.value)
+
+
 async def test_a_compact_effect_of_the_users_that_drops_a_pin_fails_the_run() -> None:
     """A replaced `compact` effect is held to the pins like any strategy."""
 

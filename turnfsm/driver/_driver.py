@@ -18,7 +18,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm._prices import to_prices
 from turnfsm._resources import compaction_machine, default_machine
-from turnfsm.context import ContextManager
+from turnfsm.context import ContextManager, counter_at_fault
 from turnfsm.core import (
     Budget,
     Event,
@@ -589,10 +589,22 @@ class Driver:
             return  # a counter that gives no count: the first run names it
         if total + reply <= window:
             return
+        blame = counter_at_fault((), self.counter, extras=extras, tokens=total)
+        if blame:  # no text is at fault: the counter's count is
+            raise ReserveTooLarge(
+                "counter",
+                f"<{blame}>",
+                "a count a tokenizer could make of the system prompt and the"
+                " schemas: the token counter is at fault, not what rides every"
+                " request - fix the counter (its count, count_text or units)",
+                reserved=total + reply,
+                window=window,
+            )
         prompt = (
             meter.measure(extras=(self.system_prompt,)) if self.system_prompt else 0
         )
-        tools = meter.measure(extras=request_extras(None, self._schemas))
+        schemas = request_extras(None, self._schemas)
+        tools = meter.measure(extras=schemas) if schemas else 0
         output = max(0, total - prompt - tools)
         field, tokens = max(
             (("system_prompt", prompt), ("tools", tools), ("output_type", output)),
