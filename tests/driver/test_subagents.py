@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -1415,3 +1416,54 @@ async def test_a_call_that_times_out_ends_its_sub_agents_at_every_depth() -> Non
         (run,) = below.runs
         assert run.outcome == "failed"
         assert "or a call above it, timed out" in str(run.error)
+
+
+@attrs.define
+class City:
+    """A city.
+
+    Attributes:
+        name: Its name.
+        population: How many live there.
+    """
+
+    name: str
+    population: int
+
+
+@pytest.mark.parametrize(
+    ("output_type", "said", "answer"),
+    [
+        (
+            City,
+            '```json\n{"name": "Tokyo", "population": 37400000}\n```',
+            {"name": "Tokyo", "population": 37400000},
+        ),
+        (int, '{"result": 42}', 42),
+        (int, "42", 42),
+        (str, "just words", None),
+    ],
+    ids=["fenced", "wrapped", "bare", "plain-text"],
+)
+async def test_a_structured_sub_agent_answers_its_caller_with_the_value_as_json(
+    output_type: Any, said: str, answer: Any
+) -> None:
+    def lead(request: ModelRequest) -> Message:
+        last = request.messages[-1]
+        if last.tool_results:
+            return reply(last.tool_results[0].content)
+        return reply("", tool_call("finder", "k1", task="Name a big city."))
+
+    finder = Agent(model=FakeModelClient(lambda r: said), output_type=output_type)
+    boss = Agent(
+        model=FakeModelClient(lead),
+        tools=[finder.as_tool(name="finder", description="Finds a city.")],
+    )
+
+    result = await boss.run("go")
+
+    assert result.ok, result.error
+    if answer is None:
+        assert result.text == said
+    else:
+        assert json.loads(result.text) == answer

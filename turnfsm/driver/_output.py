@@ -166,6 +166,24 @@ class OutputType:
                 problems = [attrs.evolve(p, path=(WRAPPER, *p.path)) for p in problems]
             raise InvalidArguments(problems) from exc
 
+    def answer_json(self, text: str) -> str:
+        """Return the answer in `text` as the JSON of its value, for a caller.
+
+        A reply `parse` accepts may be fenced, or the value wrapped in the
+        object the provider was asked for: a sub-agent's caller gets the
+        value itself, as JSON. Plain text, or text that is no JSON, is
+        returned as it is.
+        """
+        if self._validator is None:
+            return text
+        try:
+            data = json.loads(_unfenced(text), parse_int=_read_int)
+        except (_LongInt, ValueError, RecursionError):
+            return text
+        if self.wrapped and isinstance(data, Mapping) and WRAPPER in data:
+            data = data[WRAPPER]
+        return json.dumps(data, ensure_ascii=False)
+
     def errors(self, exc: InvalidArguments) -> tuple[str, ...]:
         """Return each problem as one line for the model, paths in the answer."""
         return tuple(self._describe(p) for p in exc.problems)

@@ -456,8 +456,7 @@ class Delegation:
             _DEPTH.reset(depth_token)
             _LINK.reset(link_token)
 
-    @staticmethod
-    def answer(call: ToolCallPart, result: RunResult[Any]) -> Message:
+    def answer(self, call: ToolCallPart, result: RunResult[Any]) -> Message:
         """Return the call's result: the child's answer, or an error result.
 
         The child's usage (its passes' and its own sub-agents' too) counts in
@@ -465,7 +464,7 @@ class Delegation:
         is an error result naming `SubagentFailed`.
         """
         try:
-            text = _ended_answer(call.name, result)
+            text = _ended_answer(call.name, self.driver, result)
         except SubagentFailed as exc:
             return failed_result(call, exc)
         return Message.tool_result(call.id, text)
@@ -496,7 +495,7 @@ class Delegation:
         )
 
 
-def _ended_answer(name: str, result: RunResult[Any]) -> str:
+def _ended_answer(name: str, driver: Driver, result: RunResult[Any]) -> str:
     """The answer of a child's ended run `result`; what it used counts.
 
     Raises:
@@ -506,7 +505,17 @@ def _ended_answer(name: str, result: RunResult[Any]) -> str:
     if result.outcome != "done":
         cause = _cause(result.error, result.waiting)
         raise SubagentFailed(name, result.session_id, result.outcome, cause)
-    return result.text
+    return _answer(driver, result.text)
+
+
+def _answer(driver: Driver, text: str) -> str:
+    """The child's final reply `text` as its caller gets it.
+
+    With an output type, the structured answer as JSON (a fenced or
+    wrapped reply is the same answer); else the text.
+    """
+    output = driver._output
+    return text if output is None else output.answer_json(text)
 
 
 def _not_blank(name: str, session_id: str, answer: str) -> str:
@@ -547,7 +556,7 @@ async def _logged_answer(
     _count(await _spent(driver, session, run))
     if run.outcome != "done":
         raise SubagentFailed(name, session.id, run.outcome, _cause(run.error, None))
-    return run.text
+    return _answer(driver, run.text)
 
 
 @final
@@ -652,7 +661,7 @@ class PhaseDelegation:
                 `on_failure`.
         """
         try:
-            answer = _ended_answer(decision.effect, result)
+            answer = _ended_answer(decision.effect, self.delegation.driver, result)
             return self.answered(_not_blank(decision.effect, result.session_id, answer))
         except SubagentFailed as exc:
             return self.failed(decision, exc)
@@ -946,7 +955,8 @@ async def _child_answer(
         if tally is not None:
             (await _spent(driver, session, earlier)).count_in(tally)
         if earlier.outcome == "done":
-            return _not_blank(name, session.id, earlier.text) if phase else earlier.text
+            said = _answer(driver, earlier.text)
+            return _not_blank(name, session.id, said) if phase else said
         raise SubagentFailed(
             name, session.id, earlier.outcome, _cause(earlier.error, None)
         )
@@ -1035,7 +1045,8 @@ async def _child_answer(
     if result.outcome != "done":
         cause = _cause(result.error, result.waiting)
         raise SubagentFailed(name, session.id, result.outcome, cause)
-    return _not_blank(name, session.id, result.text) if phase else result.text
+    said = _answer(driver, result.text)
+    return _not_blank(name, session.id, said) if phase else said
 
 
 @attrs.frozen

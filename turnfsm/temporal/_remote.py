@@ -726,7 +726,7 @@ class _Remote:
             return Delegation.failed(call, ended.session_id, ended.outcome, ended.cause)
         if isinstance(ended, _Earlier):
             return await delegation.answer_from_log(call, ended.session, ended.run_id)
-        return Delegation.answer(call, ended)
+        return delegation.answer(call, ended)
 
     async def _child_workflow(
         self, driver: Driver, link: ParentLink, task: str
