@@ -135,9 +135,9 @@ def test_what_each_phase_accepts_is_worked_out_once_with_the_spec() -> None:
 @pytest.mark.parametrize(
     ("file", "digest"),
     [
-        ("turn.toml", "b07b551d19bd68d1"),
-        ("approval.toml", "4a56361a6100b686"),
-        ("review.toml", "fd6cf4efb5c2de44"),
+        ("turn.toml", "ea5d7d9530f11623"),
+        ("approval.toml", "8993484444e12963"),
+        ("review.toml", "b88cfb87d8486d07"),
         ("compaction.toml", "e6a279b04807f09c"),
     ],
 )

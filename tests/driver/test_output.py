@@ -310,6 +310,8 @@ async def test_invalid_every_time_fails_bounded_by_max_output_retries(
     )
     assert result.error.retries == retries
     assert len(model.requests) == retries + 1
+    # Every call counts, the last one too: the result, the log and the trace agree.
+    assert result.turns == retries + 1 == len(session.runs[0].turns)
     assert result.output is None
     assert list(session.history) == []
 

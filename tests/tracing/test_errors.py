@@ -67,7 +67,7 @@ async def test_a_failed_compaction_pass_is_an_error_span() -> None:
                 "not is_compaction_limit_reached, not is_threshold_line_spent] "
                 "reason=threshold_exceeded "
                 "estimate=2650",
-                "compactor_failed: compact -> failed #23 error=compaction_failed "
+                "compactor_failed: compact -> failed #26 error=compaction_failed "
                 "estimate=2650",
                 ("turnfsm.compaction", "INTERNAL", {
                     A.COMPACTION_REASON: "threshold_exceeded",
@@ -271,6 +271,39 @@ async def test_an_effect_that_raised_is_an_error_span_with_its_traceback() -> No
     assert raised_attributes["exception.type"] == "RuntimeError"
     stack = str(raised_attributes["exception.stacktrace"])
     assert "in await_approval" in stack, stack
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+async def test_an_effect_cut_short_is_marked_cancelled_not_ended_as_done(
+    how: str,
+) -> None:
+    from tests.helpers import approval_toml
+    from turnfsm.core import MachineSpec, Perform, Signal
+    from turnfsm.driver import EffectContext, RunControl
+    from turnfsm.testing import tool_call
+
+    traced = Traced.create()
+    control = RunControl()
+
+    async def await_approval(ctx: EffectContext, decision: Perform) -> Signal:
+        if how == "cancel":
+            control.cancel("the user pressed stop")
+        await anyio.sleep(30)
+        raise AssertionError("not cut short")
+
+    model = ScriptedModel.of(said("", tool_call("echo", "c1", text="x")))
+    driver = traced_driver(
+        traced,
+        model,
+        machine=MachineSpec.from_toml(approval_toml()),
+        effects={"await_approval": await_approval},
+        effect_timeout=0.05 if how == "timeout" else 300,
+    )
+    result = await driver.run("go", control=control)
+    assert result.outcome == "cancelled"
+    assert traced.unended() == []
+    (effect,) = [s for s in traced.spans if s.name == "turnfsm.effect"]
+    assert (effect.attributes or {}).get(A.CANCELLED) is True
 
 
 @pytest.mark.parametrize("where", ["on_model_call_start", "on_tool_start"])

@@ -369,7 +369,7 @@ async def test_each_model_call_has_its_own_turn_when_an_injection_goes_on() -> N
     assert turns == [
         ("turnfsm.turn 1", "INTERNAL", turn(1, "start", 6, usage=(5, 2)), [
             "measured: start -> call_llm #6 estimate=6",
-            "message_injected: call_llm -> call_llm #28 estimate=6",
+            "message_injected: call_llm -> call_llm #31 estimate=6",
             "model_replied: call_llm -> start #8 [has_injected_messages] estimate=6",
             ("chat gpt-test", "CLIENT", chat(usage=(5, 2)), []),
         ]),
@@ -576,7 +576,7 @@ async def test_a_custom_phase_is_an_effect_span_in_its_turn() -> None:
     assert first == ("turnfsm.turn 1", "INTERNAL", first_turn, [
         "measured: start -> call_llm #6 estimate=124",
         "model_replied: call_llm -> await_approval #7 [has_tool_calls] estimate=124",
-        "approved: await_approval -> run_tools #30 estimate=124",
+        "approved: await_approval -> run_tools #33 estimate=124",
         "tools_finished: run_tools -> start #13 estimate=124",
         ("chat gpt-test", "CLIENT", chat(usage=(0, 0)), []),
         ("turnfsm.effect", "INTERNAL", {

@@ -224,7 +224,7 @@ async def test_a_cancelled_run_ends_every_span() -> None:
             ("turnfsm.turn 1", "INTERNAL", turn(1, "failed", 91, usage=(9, 4)) | cut, [
                 "measured: start -> call_llm #6 estimate=91",
                 "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=91",
-                "run_cancelled: run_tools -> failed #29 error=cancelled estimate=91",
+                "run_cancelled: run_tools -> failed #32 error=cancelled estimate=91",
                 ("chat gpt-test", "CLIENT", chat(usage=(9, 4)), []),
                 ("execute_tool hang", "INTERNAL", tool("hang", "c1") | cut, []),
             ]),

@@ -33,6 +33,7 @@ from turnfsm.core import (
     ModelReplied,
     OutputRejected,
     Perform,
+    RunCancelled,
     RunTools,
     ToolsFinished,
 )
@@ -268,7 +269,8 @@ class TracingHook(Hook):
         elif isinstance(event, CompactorFailed):
             run.compaction_error = event.error  # its span ends with the record
         if run.effect is not None and isinstance(info.decision, Perform):
-            run.effect.end()
+            # A cancel, or the effect's timeout, cut it short: not its outcome.
+            end_open(run.effect, isinstance(event, RunCancelled))
             run.effect = None
 
     def on_transition(self, info: TransitionInfo) -> None:
