@@ -875,6 +875,40 @@ async def test_answer_takes_any_event_the_pause_accepts_and_queries_say_where(
     assert sorted(RAN) == ["c1:/tmp/a", "c2:/etc/passwd"]
 
 
+async def test_an_answer_missing_the_text_the_machine_adds_is_refused_when_sent(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Accepted, it failed the workflow and left the session held; in-process
+    # it is refused with nothing written, and the run still waits.
+    text = (machines_dir() / "review.toml").read_text()
+    text = text.replace('name = "review"', 'name = "human_review"').replace(
+        'await_review      = { effect = "review" }',
+        'await_review      = { decision = "pause" }',
+    )
+    assert 'message = "feedback"' in text
+    agent = Agent(
+        model=ScriptedModel.of(reply("draft"), reply("draft 2")),
+        store=SQLiteStore(tmp_path / "h.db"),
+        name="human_review",
+        machine=MachineSpec.from_toml(text),
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "write", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        for data in ({}, {"feedback": "   "}):
+            with pytest.raises(ConfigError, match="feedback"):
+                await run.answer(Signal("revise", data))
+        assert (await run.status()).outcome == "paused"
+        await run.answer(Signal("revise", {"feedback": "shorter"}))
+        await _paused(run)
+        await run.answer(Signal("approved"))
+        result = await run.result()
+    assert result.ok, result.error
+    assert result.text == "draft 2"
+
+
 async def test_reject_answers_the_call_and_inject_joins_the_conversation(
     temporal_client: Client, tmp_path: Path
 ) -> None:

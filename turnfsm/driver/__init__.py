@@ -37,6 +37,10 @@ from turnfsm.driver._effects import (
     run_tools,
 )
 from turnfsm.driver._inputs import as_messages
+
+# For durable runs (not in `__all__`): an answer to a paused run refused
+# where it is sent, as resuming would refuse it.
+from turnfsm.driver._inputs import check_answer as check_answer
 from turnfsm.driver._output import OutputType
 from turnfsm.driver._recall import RECALL_MAX_CHARS, current_session, recall_tool
 from turnfsm.driver._replay import ReplayReport, rebuild, replay

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "as_messages",
+    "check_answer",
     "check_effects",
     "is_tool",
     "open_run",
@@ -265,6 +266,19 @@ def reopen(
     elif event is not None:
         raise ConfigError("event", event, "None: the run is not paused")
     return record, machine
+
+
+def check_answer(driver: Driver, session: Session, run_id: str, event: Event) -> None:
+    """Refuse `event` as the answer to the paused run `run_id`, as resuming would.
+
+    For a durable run, which takes its answers where they are sent: every
+    check `Driver.resume` makes of an answer before it writes anything.
+
+    Raises:
+        ConfigError: `event` is no answer the run takes, or its text that
+            the machine adds to the conversation is missing or blank.
+    """
+    reopen(driver.machine, driver._digest, driver._effects, session, run_id, event)
 
 
 def _check_message(machine: TurnMachine, event: Signal) -> None:

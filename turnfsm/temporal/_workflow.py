@@ -82,6 +82,7 @@ with workflow.unsafe.imports_passed_through():
         Event,
         Pause,
         RunCancelled,
+        Signal,
         ToolCallsReviewed,
         trigger_of,
     )
@@ -90,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         Driver,
         RunControl,
         RunResult,
+        check_answer,
         injection_refusal,
         missing_tools,
     )
@@ -253,6 +255,8 @@ class TurnWorkflow:
         self._remote: _Remote | None = None
         self._tools: frozenset[str] = frozenset()  # the workers' agent's
         self._changed: ConfigError | None = None  # the workers' agent is not it
+        # The run's driver and session, to check an answer as resuming would.
+        self._answering: tuple[Driver, Session] | None = None
         try:
             self._spec: RunSpec | TurnFSMError = serde.from_json(RunSpec, start)
         except TurnFSMError as exc:  # not a start turnfsm wrote
@@ -296,6 +300,7 @@ class TurnWorkflow:
         session = await Session.open(log, spec.session_id)
         self._remote = remote = _Remote(spec, agent.driver, log)
         driver = _durable(agent, remote)
+        self._answering = (driver, session)
         hooks = [self._status]
         control = self._control
         result: RunResult[Any] | None = None
@@ -468,6 +473,14 @@ class TurnWorkflow:
         assert waiting is not None  # _require_paused
         try:
             waiting.check_answer(parsed)  # the call ids it answers, its messages
+            if self._answering is not None and isinstance(parsed, Signal):
+                # The text a signal adds to the conversation (missing or
+                # blank, resuming would refuse it, failing the workflow):
+                # the check an in-process resume makes, on the run's log.
+                driver, session = self._answering
+                spec = self._spec
+                assert isinstance(spec, RunSpec)  # the run is paused
+                check_answer(driver, session, spec.run_id, parsed)
         except ConfigError as exc:
             raise _refused(exc) from None
         self._require_tools(parsed)
