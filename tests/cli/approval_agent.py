@@ -172,6 +172,25 @@ def taken_over() -> Agent:
     return Agent(model=FakeModelClient(_take), tools=[take_over])
 
 
+async def remove_session() -> str:
+    """Delete the session from the store under the run (``sessions rm --force``)."""
+    async with SQLiteStore(STORE_FILES[0]) as store:
+        (info,) = await store.list_sessions()
+        await store.delete_session(info.id)
+    return "removed"
+
+
+def _remove(request: ModelRequest) -> Message:
+    if request.messages[-1].tool_results:
+        return reply("removed it")
+    return reply("", tool_call("remove_session", "c1"))
+
+
+def removing() -> Agent:
+    """Calls `remove_session`, which deletes the run's session under it."""
+    return Agent(model=FakeModelClient(_remove), tools=[remove_session])
+
+
 OWN_STORE: list[Path] = []
 """The store file `careful_in_its_store` keeps its sessions in (a test sets it)."""
 

@@ -9,6 +9,7 @@ over several runs they add up.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -123,6 +124,21 @@ def test_check_names_the_command_that_redraws_the_same_machines(
     )
     assert main(["diagram", "--check", "--out", "my dir"]) == 1
     assert "(run `turnfsm diagram --out 'my dir'`)" in capsys.readouterr().err
+
+
+def test_check_finds_a_diagram_that_is_not_utf8_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    # It ended in a UnicodeDecodeError traceback.
+    shutil.copytree(REPO_ROOT / "machines", tmp_path / "machines")
+    monkeypatch.chdir(tmp_path)
+    assert main(["diagram", "machines", "--out", "d"]) == 0
+    (tmp_path / "d" / "turn.mmd").write_bytes(b"\xff")
+    capsys.readouterr()
+    assert main(["diagram", "machines", "--out", "d", "--check"]) == 1
+    assert capsys.readouterr().err == (
+        "stale: d/turn.mmd (run `turnfsm diagram machines --out d`)\n"
+    )
 
 
 def test_the_shipped_machines_of_an_installed_turnfsm_draw_into_the_cwd() -> None:
@@ -349,6 +365,27 @@ def test_a_trace_file_or_run_that_cannot_be_read_is_named_as_its_option(
     assert capsys.readouterr().err == (
         "turnfsm diagram: invalid --run=':': expected SESSION or SESSION:RUN\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("data", "byte"),
+    [(b"\xff\xfe", "0xff"), (gzip.compress(b"{}\n"), "0x8b")],
+    ids=["not-utf8", "gzip"],
+)
+def test_a_trace_file_that_is_not_utf8_is_refused_in_one_line(
+    tmp_path: Path, capsys: Capture, data: bytes, byte: str
+) -> None:
+    # It ended in a UnicodeDecodeError traceback.
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(data)
+    assert main(["diagram", "--trace", str(trace), "-o", str(tmp_path / "x.mmd")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"turnfsm diagram: invalid --trace={str(trace)!r}: expected an OTLP/JSON "
+        f"trace file (invalid line 1='byte {byte}': expected UTF-8 text; a "
+        "compressed file (gzip, say) is decompressed first"
+    )
+    assert err.count("\n") == 1
 
 
 def test_without_graphviz_svg_is_refused(

@@ -109,3 +109,16 @@ def test_a_log_on_standard_input_is_read_with_a_dash(
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
     assert main(["replay", "-"]) == 2
     assert "(standard input gave nothing)" in capsys.readouterr().err
+
+
+def test_replay_from_a_closed_standard_input_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `turnfsm replay - <&-` crashed with a traceback
+    # ("'NoneType' object has no attribute 'buffer'").
+    monkeypatch.setattr("sys.stdin", None)
+    assert main(["replay", "-"]) == 2
+    assert capsys.readouterr().err == (
+        "turnfsm replay: invalid LOG='-': expected a session log, as `turnfsm "
+        "sessions export` writes it (standard input is closed)\n"
+    )

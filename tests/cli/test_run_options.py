@@ -356,8 +356,13 @@ def test_a_reply_is_printed_once_and_session_continues(
             "taken_over",
             ("turnfsm run: ", "'elsewhere:1:x' took the session over"),
             "run stopped: another process took its session over and goes on with "
-            "it; see what it did: turnfsm sessions show {session} --agent {agent} "
-            "--store {store}",
+            "it; see what it did: turnfsm sessions show {session} --store {store}",
+        ),
+        (
+            "removing",
+            ("turnfsm run: ", "is no longer in the store"),
+            "run stopped: its session was removed from the store while it ran "
+            "(turnfsm sessions rm); nothing more of it is kept",
         ),
     ],
 )
@@ -379,7 +384,9 @@ def test_a_run_stopped_by_its_store_names_its_session_and_what_to_do(
     captured = capsys.readouterr()
     for words in said:
         assert words in captured.err
-    session_id = _session_id(captured.out)
+    found = re.search(r"session (ses_\w+) (stored in|was in)", captured.out)
+    assert found is not None, captured.out
+    session_id = found.group(1)
     assert then.format(session=session_id, agent=agent, store=store) in captured.out
 
 

@@ -1431,3 +1431,46 @@ def test_an_imported_session_id_s_terminal_escapes_are_printed_as_text(
         assert "\x1b" not in out
         assert "\x07" not in out
         assert "\u202e" not in out
+
+
+def test_a_session_id_s_terminal_escapes_are_text_in_every_command(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `report`, `view`, `simulate` and `eval` printed the id as it was.
+    import threading
+
+    from turnfsm.cli._run import AgentOptions
+    from turnfsm.cli._view import run_view
+
+    hostile = "\x1b]0;owned\x07\x1b[2Jses\u202e_1"
+    db = tmp_path / "1.db"
+
+    async def run() -> None:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=ScriptedModel.of("hi"), store=store)
+            await agent.run("hello", session=Session(hostile, store=store))
+
+    anyio.run(run)
+    store = ["--store", str(db)]
+    probes = tmp_path / "probes.toml"
+    probes.write_text('[[probe]]\nkind = "fact"\nquestion = "q?"\nexpect = "hi"\n')
+    commands = [
+        ["report", hostile, "-o", str(tmp_path / "r.html")],
+        ["simulate", hostile],
+        ["eval", hostile, "--probes", str(probes), "--strategy", "truncating"],
+    ]
+    outs = []
+    for command in commands:
+        main([*command, *store, *(["--progress"] if command[0] == "eval" else [])])
+        outs.append(capsys.readouterr())
+    stop = threading.Event()
+    stop.set()
+    options = AgentOptions(store=str(db))
+    assert run_view(hostile, options, open_browser=False, stop=stop) == 0
+    outs.append(capsys.readouterr())
+
+    shown = "\\x1b]0;owned\\x07\\x1b[2Jses\\u202e_1"
+    for out in outs:
+        assert shown in out.out, out
+        assert "\x1b" not in out.out + out.err
+        assert "\u202e" not in out.out + out.err

@@ -21,7 +21,12 @@ from typing import Any
 # Only what imports in a blink (no turnfsm package with its dependencies): the
 # program's Ctrl-C handling starts in `script()`, and a Ctrl-C while this
 # module imports would end it with a traceback.
-from turnfsm.cli._errors import INTERRUPTED_STATUS, stdout_to_devnull, stop_signals
+from turnfsm.cli._errors import (
+    INTERRUPTED_STATUS,
+    stdout_to_devnull,
+    stdout_unless_closed,
+    stop_signals,
+)
 
 __all__ = ["main", "script"]
 
@@ -334,7 +339,8 @@ def _agent_options() -> argparse.ArgumentParser:
         "--machine",
         type=_path,
         metavar="FILE",
-        help="the machine file, or a shipped one by its name (approval, review) "
+        help="the machine file, or a shipped one by its name: approval (review "
+        "needs a reviewer of your own: build an Agent on it and give --agent) "
         "(default: the stock one; for a paused run, the one it began on, from "
         "the store)",
     )
@@ -773,8 +779,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status.
 
     A reader that goes away (``turnfsm eval | head``) ends the command
-    quietly with status 141, as a process stopped by SIGPIPE does.
+    quietly with status 141, as a process stopped by SIGPIPE does. One
+    started with it closed (``>&-``) fails as a full disk does.
     """
+    stdout_unless_closed()
     _escape_what_stdout_cannot_encode()
     try:
         return _main(argv)

@@ -141,7 +141,7 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
             drawn = target / name
             if not drawn.is_file():
                 said = "missing"
-            elif drawn.read_text() != text:
+            elif _drawn_text(drawn) != text:
                 said = "stale"
             else:
                 continue
@@ -170,6 +170,15 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
         print(f"turnfsm diagram: {explain(exc)}", file=sys.stderr)
         return 2
     return 1 if failed else 0
+
+
+def _drawn_text(drawn: Path) -> str:
+    """The diagram at `drawn`; bytes that are not UTF-8 kept as no drawing's text.
+
+    A drawing is UTF-8: a file that is not (a hand's edit, another tool's)
+    is stale, not a traceback.
+    """
+    return drawn.read_text(encoding="utf-8", errors="surrogateescape")
 
 
 def _out_directory(target: Path) -> None:

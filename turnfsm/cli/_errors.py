@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import signal
 import sys
@@ -31,6 +32,7 @@ __all__ = [
     "explain",
     "fail",
     "stdout_to_devnull",
+    "stdout_unless_closed",
     "stop_signals",
     "terminal_text",
 ]
@@ -227,3 +229,22 @@ def stdout_to_devnull() -> None:
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+
+
+class _ClosedOutput(io.TextIOBase):
+    """Standard output when the program started with it closed (``>&-``).
+
+    Python leaves `sys.stdout` None then, and `print` writes nothing: a
+    command would end well with its output lost. Each write fails instead,
+    as it does on a full disk (``> /dev/full``), and is reported so.
+    """
+
+    def write(self, text: str) -> int:
+        """Fail: there is nowhere to write `text`."""
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def stdout_unless_closed() -> None:
+    """Give a closed standard output (`sys.stdout` None) a `_ClosedOutput`."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()

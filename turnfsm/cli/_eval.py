@@ -14,7 +14,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm._prices import priced
 from turnfsm.cli._agents import load_object, made_by
-from turnfsm.cli._errors import as_option, explain
+from turnfsm.cli._errors import as_option, explain, terminal_text
 from turnfsm.cli._run import run_async
 from turnfsm.context import ContextCompactor, ContextManager
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
@@ -139,7 +139,9 @@ def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
     except (ConfigError, StoreError, OSError, ImportError) as exc:
         print(f"turnfsm eval: {explain(exc)}", file=sys.stderr)
         return 2
-    print(evaluation.table(), file=stream)
+    # The sessions' ids, as a terminal shows them safely (a table line each).
+    table = evaluation.table().splitlines()
+    print("\n".join(map(terminal_text, table)), file=stream)
     stream.flush()  # the table first, then any floor line on stderr
     if command.floor is None:
         return 0
@@ -254,7 +256,7 @@ def _progress(wanted: bool | None) -> Callable[[EvalProgress], None] | None:
         return None
 
     def tell(where: EvalProgress) -> None:
-        print(f"turnfsm eval: {where}", file=sys.stderr, flush=True)
+        print(f"turnfsm eval: {terminal_text(str(where))}", file=sys.stderr, flush=True)
 
     return tell
 

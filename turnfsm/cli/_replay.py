@@ -111,7 +111,9 @@ def _open(
     if path is not None and session_id is not None:
         raise ConfigError("--session", session_id, f"no --session with a LOG ({path})")
     if path is not None:
-        if path == "-":  # the log on standard input (`sessions export ID | ...`)
+        if path == "-" and sys.stdin is None:  # closed: `<&-`
+            data = b""
+        elif path == "-":  # the log on standard input (`sessions export ID | ...`)
             data = sys.stdin.buffer.read()
         elif os.sep not in path and "." not in path and not os.path.lexists(path):
             # A bare name that is no file: likely the session meant.
@@ -130,9 +132,11 @@ def _open(
                 path,
                 "a session log, as `turnfsm sessions export` writes it "
                 + (
-                    "(standard input gave nothing)"
-                    if path == "-"
-                    else "(this file is empty)"
+                    "(this file is empty)"
+                    if path != "-"
+                    else "(standard input is closed)"
+                    if sys.stdin is None
+                    else "(standard input gave nothing)"
                 ),
             )
         if is_store_file(data):  # it would read as text that is not UTF-8

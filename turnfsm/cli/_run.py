@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import io
 import json
 import os
@@ -22,7 +23,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypeGuard, TypeVar, final
 
 import anyio
 import attrs
@@ -742,11 +743,15 @@ class StoreStopped(Exception):
     """A run that began and stopped because its store could not be used (internal).
 
     Its log could not be written on: the command names the session, so the
-    run can be carried on once the store works again.
+    run can be carried on once the store works again (or seen where another
+    process took it over; or, removed under it, is gone).
     """
 
     def __init__(
-        self, cause: StoreUnusable | LeaseLost, session_id: str, place: str
+        self,
+        cause: StoreUnusable | LeaseLost | SessionConflict,
+        session_id: str,
+        place: str,
     ) -> None:
         super().__init__(str(cause))
         self.cause = cause
@@ -765,14 +770,25 @@ class StoreStopped(Exception):
         """Print the store's error and how to carry the run on; return 1.
 
         A run whose session another process took over is carried on there:
-        the words say where to see what it did. A run `turnfsm resume`
+        the words say where to see what it did (``sessions show`` takes the
+        store, and no agent option). A run whose session was removed under
+        it has nothing left to carry on. A run `turnfsm resume`
         cannot carry on (the demo's: its agent is no option's) is told how
         to end it instead.
         """
         print(f"{name}: {cli_words(self.cause, options)}", file=err)
+        if isinstance(self.cause, SessionConflict):  # removed under the run
+            print(f"\nsession {self.session_id} was in {self.place}", file=out)
+            print(
+                "run stopped: its session was removed from the store while it "
+                "ran (turnfsm sessions rm); nothing more of it is kept",
+                file=out,
+            )
+            return 1
         print(f"\nsession {self.session_id} stored in {self.place}", file=out)
         if isinstance(self.cause, LeaseLost):
-            show = ["turnfsm", "sessions", "show", self.session_id, *options.flags()]
+            store = ["--store", shown(options.store)] if options.store else []
+            show = ["turnfsm", "sessions", "show", self.session_id, *store]
             print(
                 "run stopped: another process took its session over and goes on "
                 f"with it; see what it did: {shlex.join(show)}",
@@ -801,7 +817,7 @@ def raise_if_crashed(
     `RunCrashed`, then its exception propagates; an error raised before the
     run began (a setting, a session another process holds) is left as it is.
     A run that began and whose store then could not be used, or whose
-    session another process then took over, raises `StoreStopped`.
+    session another process then took over or removed, raises `StoreStopped`.
     """
     if isinstance(exc, BaseExceptionGroup):  # the Ctrl-C watch's task group
         leaves = _leaves(exc)
@@ -809,8 +825,19 @@ def raise_if_crashed(
             exc = leaves[0]
     if any(isinstance(run.error, RunCrashed) for run in session.runs[started:]):
         raise Crashed(exc, session.id, place) from None
-    if isinstance(exc, StoreUnusable | LeaseLost) and len(session.runs) > started:
+    if len(session.runs) > started and (
+        isinstance(exc, StoreUnusable | LeaseLost) or _removed(exc)
+    ):
         raise StoreStopped(exc, session.id, place) from None
+
+
+def _removed(exc: Exception) -> TypeGuard[SessionConflict]:
+    """Whether `exc` says the session was removed while the run wrote to it."""
+    return (
+        isinstance(exc, SessionConflict)
+        and not exc.loading
+        and exc.actual == 0 < exc.expected
+    )
 
 
 T = TypeVar("T")
@@ -1198,7 +1225,8 @@ def write_end(text: str, out: TextIO, command: str) -> None:
         raise
     except (OSError, ValueError, AttributeError) as exc:  # None: stdout closed
         stdout_to_devnull()
-        failed = explain(exc) if isinstance(exc, OSError) else "it is closed"
+        closed = not isinstance(exc, OSError) or exc.errno == errno.EBADF
+        failed = "it is closed" if closed else explain(exc)
         said = f"{command}: standard output failed ({failed}); how the run ended:"
         _say(f"{said}\n{text.lstrip()}".rstrip("\n"), sys.stderr)
 

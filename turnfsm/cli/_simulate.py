@@ -10,7 +10,7 @@ from typing import Any, Final, TextIO
 import attrs
 
 from turnfsm._prices import priced
-from turnfsm.cli._errors import as_option, explain
+from turnfsm.cli._errors import as_option, explain, terminal_text
 from turnfsm.cli._run import machine_option, run_async
 from turnfsm.context import ContextCompactor, ContextManager, MaskingCompactor
 from turnfsm.core import MachineSpec
@@ -54,7 +54,8 @@ def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
         return 2
     compactor = type(context.compactor).__name__
     print(
-        f"session {sim.session_id} simulated with {compactor}, {_lines(context)}",
+        f"session {terminal_text(sim.session_id)} simulated with {compactor}, "
+        f"{_lines(context)}",
         file=stream,
     )
     print(file=stream)
@@ -103,6 +104,13 @@ async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManage
             }
             if exc.field in flags:
                 raise as_option(exc, flags[exc.field]) from None
+            if exc.field in ("effects", "subagents"):  # no option gives code
+                raise ConfigError(
+                    "--machine",
+                    command.machine,
+                    f"a machine a simulation can run; this one needs "
+                    f"{exc.expected}, code of your own that a simulation has not",
+                ) from None
             raise
     first = session.runs[0].run_id
     context = stored_context(session) if contexts is None else contexts[first]

@@ -22,7 +22,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm._files import write_text
 from turnfsm.cli._answer import AnswerCommand, run_answer
-from turnfsm.cli._errors import check_writable, count_option, explain
+from turnfsm.cli._errors import check_writable, count_option, explain, terminal_text
 from turnfsm.cli._run import AgentOptions, model_kind, open_driver, run_async
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, shown, where
@@ -73,15 +73,15 @@ def run_report(
     runs = session.runs
     held = "" if recent is None else _held(runs, recent)
     print(
-        f"wrote {output} (session {session.id}: {len(runs)} run(s), "
+        f"wrote {output} (session {terminal_text(session.id)}: {len(runs)} run(s), "
         f"{sum(len(r.turns) for r in runs)} turn(s), "
         f"{sum(len(r.compactions) for r in runs)} pass(es)){held}"
         + _sub_agents_held(len(below), pages)
     )
     if unread is not None:  # the session's own pages are written
         print(
-            f"turnfsm report: a sub-agent session of {session.id} cannot be "
-            f"read, and is not in the report: {explain(unread)}",
+            f"turnfsm report: a sub-agent session of {terminal_text(session.id)} "
+            f"cannot be read, and is not in the report: {explain(unread)}",
             file=sys.stderr,
         )
         return 1
@@ -171,7 +171,8 @@ def run_view(
             # The page's commands find the store and build the agent as here.
             commands=options.flags(),
         )
-        print(f"reading session {session_id}", file=stream, flush=True)
+        name = terminal_text(session_id)
+        print(f"reading session {name}", file=stream, flush=True)
         server.start()
     except SessionNotFound as exc:
         assert server is not None
@@ -188,7 +189,9 @@ def run_view(
         print(f"turnfsm view: {said}", file=sys.stderr)
         return 2
     try:
-        print(f"serving session {session_id} at {server.url}", file=stream)
+        print(
+            f"serving session {terminal_text(session_id)} at {server.url}", file=stream
+        )
         print("(only this machine can reach it; Ctrl-C stops it)", file=stream)
         stream.flush()
         if open_browser:

@@ -227,7 +227,15 @@ def load_otlp_json(path: str | os.PathLike[str]) -> tuple[ExportedSpan, ...]:
     """Return every span in the trace file at `path` (see `parse_otlp_json`).
 
     Raises:
-        ConfigError: the file is not OTLP/JSON.
+        ConfigError: the file is not OTLP/JSON (text that is not UTF-8, a
+            compressed file, say: names the line and the byte).
         OSError: the file cannot be read.
     """
-    return parse_otlp_json(Path(path).read_text(encoding="utf-8"))
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        expected = "UTF-8 text; a compressed file (gzip, say) is decompressed first"
+        raise _bad(f"line {line}", f"byte {data[exc.start]:#04x}", expected) from None
+    return parse_otlp_json(text)
