@@ -77,6 +77,14 @@ A hundred million: ten times the largest windows models advertise.
 MAX_COUNT: Final = 1_000_000
 """The largest count a limit may set: turns, attempts, passes, retries, messages."""
 
+MAX_SECONDS: Final = 1_000_000_000
+"""The longest time a setting may give, in seconds: about 31 years.
+
+Past it a duration is no longer one every part can hold (Temporal's and
+Python's `timedelta` overflow near 1e14 seconds), and no limit that long
+bounds anything.
+"""
+
 MAX_JSON_DEPTH: Final = 100
 """The deepest a JSON value may nest: a tool's schema, a call's arguments, metadata."""
 
@@ -222,14 +230,36 @@ def number(
     return validate
 
 
-def seconds(name: str | None = None, *, optional: bool = True) -> Check:
-    """Return a validator: a finite number of seconds > 0 (or None if optional)."""
-    return number(
+def seconds(
+    name: str | None = None, *, optional: bool = True, low: float | None = None
+) -> Check:
+    """Return a validator: a finite number of seconds > 0 (or None if optional).
+
+    With `low`, ``>= low`` instead of ``> 0``. At most `MAX_SECONDS`.
+    """
+    positive = number(
         name,
-        above=0,
+        above=None if low is not None else 0,
+        low=low,
         optional=optional,
-        expected=_maybe("a finite number of seconds > 0", optional),
+        expected=_maybe(
+            f"a finite number of seconds >= {low}"
+            if low is not None
+            else "a finite number of seconds > 0",
+            optional,
+        ),
     )
+
+    def validate(inst: object, attr: object, value: object) -> None:
+        positive(inst, attr, value)
+        if value is not None and value > MAX_SECONDS:  # type: ignore[operator]
+            raise ConfigError(
+                _name(name, attr),
+                value,
+                f"a number of seconds <= {MAX_SECONDS:,} (about 31 years)",
+            )
+
+    return validate
 
 
 def string(

@@ -350,3 +350,27 @@ def test_a_message_ending_in_a_full_stop_is_not_followed_by_a_semicolon() -> Non
     # An ellipsis stays as it is.
     clipped = attrs.evolve(error, message="the reply was cut...")
     assert "cut...; tried 2 times" in str(clipped)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("tool_timeout", 1e14),
+        ("model_timeout", 1e10),
+        ("lease_ttl", 1e12),
+        ("initial_wait", 1e14),
+        ("max_total", 1e10),
+    ],
+)
+def test_a_time_past_any_duration_is_refused_naming_it(name: str, value: float) -> None:
+    # In-process they ran; a durable run overflowed Temporal's durations.
+    from turnfsm.driver import Driver
+
+    def build() -> object:
+        if name in ("initial_wait", "max_total"):
+            return RetryPolicy(**{name: value})
+        return Driver(model=FakeModelClient(lambda r: "ok"), **{name: value})
+
+    with pytest.raises(ConfigError, match="about 31 years") as refused:
+        build()
+    assert refused.value.field == name

@@ -67,6 +67,7 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
     SQLiteStore,
+    ToolResultRecorded,
 )
 from turnfsm.providers import ModelRequest
 from turnfsm.temporal import (
@@ -1149,6 +1150,65 @@ async def test_cancelling_the_workflow_records_the_run_interrupted(
     assert await SQLiteStore(tmp_path / "k.db").lease_of(run.session_id) is None
 
 
+@pytest.mark.parametrize("how", ["workflow", "signal"])
+async def test_a_batch_cut_short_keeps_the_results_of_the_calls_that_finished(
+    temporal_client: Client, tmp_path: Path, how: str
+) -> None:
+    # They were lost: the resume closed the finished call as interrupted too,
+    # inviting the model to run a side effect again.
+    slow_started = anyio.Event()
+    ran: list[int] = []
+
+    async def work(n: int) -> str:
+        """Work.
+
+        Args:
+            n: Which.
+        """
+        if n:
+            slow_started.set()
+            await anyio.sleep(60)
+        ran.append(n)
+        return f"work {n} done"
+
+    def model(request: ModelRequest) -> Message:
+        if request.messages[-1].tool_results:
+            return reply("ok")
+        return reply("", tool_call("work", "a", n=0), tool_call("work", "b", n=1))
+
+    store = SQLiteStore(tmp_path / "b.db")
+    agent = Agent(model=FakeModelClient(model), tools=[work], name="batch", store=store)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(agent, "go", client=temporal_client, task_queue=queue)
+        with anyio.fail_after(30):
+            await slow_started.wait()
+            while not ran:  # noqa: ASYNC110 - the fast call's activity, elsewhere
+                await anyio.sleep(0.05)
+        if how == "workflow":
+            await run.handle.cancel()
+            with pytest.raises(Cancelled):
+                await run.result()
+        else:
+            await run.cancel("enough")
+            assert (await run.result()).outcome == "cancelled"
+    session = await Session.load(store, run.session_id)
+    results = [
+        e.result.tool_results[0]
+        for e in session.entries
+        if isinstance(e, ToolResultRecorded)
+    ]
+    assert [(p.call_id, p.content) for p in results] == [("a", "work 0 done")]
+    if how == "workflow":  # interrupted: its resume closes only the call cut short
+        resumed = await agent.resume(run.session_id, session.runs[0].run_id)
+        assert resumed.ok, resumed.error
+        said = {
+            p.call_id: p.content for m in agent.session.history for p in m.tool_results
+        }
+        assert said["a"] == "work 0 done"
+        assert "interrupted" in said["b"]
+    assert ran == [0]
+
+
 async def test_the_cancel_signal_interrupts_the_call_in_flight(
     temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -1595,6 +1655,56 @@ async def test_start_durable_refuses_bad_settings(temporal_client: Client) -> No
         )
     with pytest.raises(ConfigError, match="heartbeat_timeout"):
         DurableOptions(heartbeat_timeout=0)
+
+
+@pytest.mark.parametrize("agents", ["notanagent", b"x", {"a": 1}, []])
+def test_create_worker_names_the_agents_given_when_they_are_not_agents(
+    agents: Any,
+) -> None:
+    # A string was read as its characters: "invalid agents='n'".
+    with pytest.raises(ConfigError) as refused:
+        create_worker(None, "q", agents)  # type: ignore[arg-type]
+    assert (refused.value.field, refused.value.value) == ("agents", agents)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"retry_initial": 50, "retry_max": 1}, "retry_max=1"),
+        ({"heartbeat_timeout": 1e14}, "heartbeat_timeout="),
+        ({"task_timeout": 1e14}, "task_timeout="),
+        ({"log_timeout": 1e10}, "log_timeout="),
+    ],
+)
+def test_durable_options_no_worker_can_schedule_are_refused_when_given(
+    options: dict[str, float], field: str
+) -> None:
+    # Accepted, each left a run whose workflow task failed on every attempt,
+    # or raised OverflowError when the run started.
+    with pytest.raises(ConfigError, match=field):
+        DurableOptions(**options)
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [RetryPolicy(initial_wait=5, max_wait=1), RetryPolicy(initial_wait=0, max_wait=0)],
+    ids=["first-wait-over-the-longest", "no-wait"],
+)
+async def test_a_retry_policy_temporal_would_refuse_as_given_runs_durably(
+    temporal_client: Client, tmp_path: Path, retry: RetryPolicy
+) -> None:
+    # In-process every wait is at most max_wait; Temporal refused a first
+    # wait over its longest, and the run never went on.
+    agent = Agent(
+        model=ScriptedModel.of("fine"),
+        store=SQLiteStore(tmp_path / "r.db"),
+        name="retrying",
+        retry=retry,
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+        result = await run.result(timeout=30)
+    assert (result.outcome, result.text) == ("done", "fine")
 
 
 async def test_a_terminated_workflows_result_says_so_and_how_to_take_it_over(

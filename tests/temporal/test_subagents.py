@@ -924,3 +924,61 @@ async def test_a_writer_resumed_after_an_approval_counts_its_earlier_review(
     assert len(_children_started(history)) == 1
     assert result.children_usage == expected.children_usage
     await _replays(history)
+
+
+@pytest.mark.parametrize("kind", ["tool", "phase", "phase-on-failure"])
+async def test_a_child_workflow_past_its_callers_limit_is_ended_as_in_process(
+    temporal_client: Client, tmp_path: Path, kind: str
+) -> None:
+    # A child workflow was awaited with no bound: a stuck sub-agent, or one
+    # paused for an answer, held its caller for ever.
+    from turnfsm import review_machine
+    from turnfsm.messages import Role
+
+    async def stuck(request: ModelRequest) -> str:
+        await anyio.sleep(60)
+        return "approved"
+
+    def desk_model(request: ModelRequest) -> Any:
+        last = request.messages[-1]
+        if last.role is Role.TOOL:
+            return reply("got: " + last.tool_results[0].content)
+        return reply("", tool_call("clerk", "call_1", task="look it up"))
+
+    store = SQLiteStore(tmp_path / "s.db")
+    child = Agent(model=FakeModelClient(stuck), name="clerk")
+    if kind == "tool":
+        caller = Agent(
+            model=FakeModelClient(desk_model),
+            name="desk",
+            store=store,
+            tools=[child.as_tool(name="clerk", description="Looks things up.")],
+            tool_timeout=1,
+        )
+    else:
+        on_failure = "rejected" if kind == "phase-on-failure" else None
+        caller = Agent(
+            model=FakeModelClient(lambda r: reply("Paris is in France.")),
+            name="writer",
+            machine=review_machine(),
+            store=store,
+            effect_timeout=1,
+            effects={
+                "review": subagent_effect(
+                    child.driver, signal="approved", on_failure=on_failure
+                )
+            },
+            max_turns=2,
+        )
+    expected = await caller.run("q")  # in-process, the same limit
+    async with _served(temporal_client, caller, child) as queue:
+        run = await start_durable(caller, "q", client=temporal_client, task_queue=queue)
+        with anyio.fail_after(30):
+            result = await run.result()
+    assert (result.outcome, result.text) == (expected.outcome, expected.text)
+    assert str(result.error) == str(expected.error)
+    # The in-process run's child and the durable run's (one session): each
+    # ended, none left open for a resume no one would make.
+    kids = await child_sessions(store, run.session_id)
+    assert len(kids) == 2
+    assert {kid.runs[-1].outcome for kid in kids} <= {"failed", "cancelled"}

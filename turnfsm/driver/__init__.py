@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._carry import EffectSettings, carry_out
+
+# For durable runs (not in `__all__`): the event of an effect that did not
+# end in time (a sub-agent phase's child workflow).
+from turnfsm.driver._carry import timed_out as timed_out
 from turnfsm.driver._context import (
     EffectContext,
     Reported,

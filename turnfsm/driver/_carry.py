@@ -33,7 +33,7 @@ from turnfsm.errors import InvalidReturn
 from turnfsm.providers import ModelPrices
 from turnfsm.values import ErrorInfo
 
-__all__ = ["EffectSettings", "carry_out"]
+__all__ = ["EffectSettings", "carry_out", "timed_out"]
 
 logger = logging.getLogger("turnfsm.driver")
 
@@ -126,7 +126,7 @@ async def carry_out(
             else f"effect {key!r}"
         )
         warn_if_held(what, scope, limit, logger)
-    return _timed_out(ctx, decision, key, limit, effect)
+    return timed_out(ctx, decision, key, limit, effect)
 
 
 def _limit(settings: EffectSettings, decision: Decision) -> float | None:
@@ -138,13 +138,19 @@ def _limit(settings: EffectSettings, decision: Decision) -> float | None:
     return None
 
 
-def _timed_out(
+def timed_out(
     ctx: EffectContext,
     decision: Decision,
     key: str,
     limit: float | None,
     effect: Effect | None = None,
 ) -> Event:
+    """The event of effect `key` that did not end within `limit` seconds.
+
+    A compaction pass fails; a sub-agent phase with ``on_failure`` ends
+    with it, as for any child that did not answer; any other effect ends
+    the run cancelled, naming the timeout.
+    """
     snapshot = ctx.snapshot
     if isinstance(decision, Compact):
         # The size the pass measured, as a pass that fails otherwise says it

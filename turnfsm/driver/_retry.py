@@ -36,7 +36,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _positive(name: str) -> Any:
-    return _checks.number(name, low=0)
+    return _checks.seconds(name, optional=False, low=0)
 
 
 @final

@@ -38,7 +38,7 @@ import attrs
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from turnfsm import serde
+from turnfsm import _checks, serde
 from turnfsm.agent import Agent
 from turnfsm.core import Compact, Event, ModelFailed, Perform, Snapshot, TurnMachine
 from turnfsm.driver import (
@@ -228,8 +228,11 @@ def _store(request: Mapping[str, Any]) -> SessionStore:
     return agent_named(name, activity.info().task_queue).store
 
 
-_HELD_FOR: Final = 100 * 365 * 24 * 3600.0
-"""Seconds a durable run's lease lasts: until its workflow lets it go."""
+_HELD_FOR: Final = float(_checks.MAX_SECONDS)
+"""Seconds a durable run's lease lasts: until its workflow lets it go.
+
+The longest a lease may last.
+"""
 
 
 def _holder(store: SessionStore, session_id: str) -> LeasingStore | None:

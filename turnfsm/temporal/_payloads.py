@@ -18,6 +18,7 @@ import attrs
 from turnfsm import _checks, serde
 from turnfsm.core import Event, Pause
 from turnfsm.driver import RunResult
+from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.persistence import ParentLink
 
@@ -80,7 +81,18 @@ def workflow_id_of(session_id: str) -> str:
 
 
 def _seconds(name: str) -> Any:
-    return _checks.number(name, above=0)
+    return _checks.seconds(name, optional=False)
+
+
+def _not_below_initial(inst: Any, _attr: object, value: float) -> None:
+    """Temporal refuses a retry whose longest wait is under its first."""
+    if value < inst.retry_initial:
+        raise ConfigError(
+            "retry_max",
+            value,
+            f"seconds >= retry_initial ({inst.retry_initial}): the longest wait"
+            " between attempts is no shorter than the first",
+        )
 
 
 @final
@@ -99,7 +111,8 @@ class DurableOptions:
             lost and runs it again elsewhere.
         retry_initial: Seconds before an activity lost with its worker (or
             failed outside its effect) is tried again.
-        retry_max: The longest wait between such attempts.
+        retry_max: The longest wait between such attempts (at least
+            `retry_initial`).
         log_timeout: Seconds a session-log activity (load, append) may take.
         task_timeout: Seconds a workflow task may take before Temporal hands
             it to another worker (how soon a run whose worker died goes on).
@@ -145,7 +158,9 @@ class DurableOptions:
         default=10.0, validator=_seconds("heartbeat_timeout")
     )
     retry_initial: float = attrs.field(default=1.0, validator=_seconds("retry_initial"))
-    retry_max: float = attrs.field(default=30.0, validator=_seconds("retry_max"))
+    retry_max: float = attrs.field(
+        default=30.0, validator=[_seconds("retry_max"), _not_below_initial]
+    )
     log_timeout: float = attrs.field(default=60.0, validator=_seconds("log_timeout"))
     task_timeout: float = attrs.field(default=10.0, validator=_seconds("task_timeout"))
     history_limit: int | None = attrs.field(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final, final
@@ -27,7 +28,7 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 from temporalio.exceptions import CancelledError as TemporalCancelled
-from temporalio.workflow import ParentClosePolicy
+from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     import attrs
@@ -52,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         child_ids,
         effect_key,
+        timed_out,
     )
     from turnfsm.errors import (
         ConfigError,
@@ -119,6 +121,13 @@ class _Unanswered:
 
 
 @attrs.frozen
+class _Late:
+    """A child workflow that did not answer within its caller's limit (ended)."""
+
+    limit: float
+
+
+@attrs.frozen
 class _Earlier:
     """A child of the call ran before (its workflow id is taken): its log answers."""
 
@@ -144,6 +153,10 @@ def now() -> float:
 def new_message_id() -> str:
     """A message id from the workflow's id source (the same on a replay)."""
     return "msg_" + workflow.uuid4().hex[:24]
+
+
+_SHORTEST_WAIT: Final = 0.001
+"""The shortest wait between a model call's attempts Temporal is given (seconds)."""
 
 
 def _seconds(value: float | None) -> timedelta:
@@ -495,9 +508,14 @@ class _Remote:
         if key == "call_llm":
             limit = _seconds(driver.model_timeout)
             policy = driver.retry
+            # As `RetryPolicy.backoff` waits: never longer than `max_wait`
+            # (Temporal refuses a first wait over the longest), never 0.
+            longest = max(policy.max_wait, _SHORTEST_WAIT)
             retry = TemporalRetry(
-                initial_interval=timedelta(seconds=policy.initial_wait),
-                maximum_interval=timedelta(seconds=policy.max_wait),
+                initial_interval=timedelta(
+                    seconds=min(max(policy.initial_wait, _SHORTEST_WAIT), longest)
+                ),
+                maximum_interval=timedelta(seconds=longest),
                 non_retryable_error_types=[TURNFSM_ERROR, CRASHED],
             )
         elif key == "compact":
@@ -583,10 +601,13 @@ class _Remote:
             except ActivityError as exc:
                 return self._failed(exc, decision)
             driver = phase.delegation.driver
+            limit = self.driver.effect_timeout
             try:
-                ended = await self._child_workflow(driver, link, task)
+                ended = await self._child_workflow(driver, link, task, limit=limit)
             except ChildWorkflowError:  # cancelled with this run
                 return self._interrupted()
+            if isinstance(ended, _Late):
+                return timed_out(ctx, decision, decision.effect, ended.limit, effect)
             if isinstance(ended, _Unanswered):
                 error = SubagentFailed(
                     decision.effect, ended.session_id, ended.outcome, ended.cause
@@ -649,11 +670,13 @@ class _Remote:
         if not rides:
             log = None
         schedule = self._schedule("run_tools")
+        finished: dict[int, Message] = {}
 
         async def one(index: int) -> Message:
             call, plan = calls[index], plans[index]
             if plan is not None:  # heard by the hooks here: no activity has it
-                return await self._observed(ctx, call, plan)
+                finished[index] = answer = await self._observed(ctx, call, plan)
+                return answer
             asked = {**request, "call": serde.to_json(call), "log": log}
             if call.name in ctx.run.tools and not self.local:
                 # Not this run's worker's to say it has no such tool: the
@@ -666,13 +689,17 @@ class _Remote:
                 **schedule,
             )
             message: Message = serde.from_json(Message, data)
+            finished[index] = message
             return message
 
         try:
             results = await asyncio.gather(*(one(i) for i in range(len(calls))))
         except ActivityError as exc:
+            if isinstance(exc.cause, TemporalCancelled):
+                await _keep(ctx, finished)
             return self._failed(exc, decision)
         except ChildWorkflowError:  # cancelled: the one failure `_child` raises
+            await _keep(ctx, finished)
             return self._interrupted()
         self.log.done(log)
         return ToolsFinished(results=_within(calls, results, limit // 2))
@@ -721,7 +748,12 @@ class _Remote:
             ChildWorkflowError: the child was cancelled with this run.
         """
         call, delegation = child.call, child.delegation
-        ended = await self._child_workflow(delegation.driver, child.link, child.task)
+        ended = await self._child_workflow(
+            delegation.driver, child.link, child.task, limit=self.driver.tool_timeout
+        )
+        if isinstance(ended, _Late):
+            late = f"tool {call.name!r} timed out after {ended.limit}s"
+            return Message.tool_result(call.id, late, is_error=True)
         if isinstance(ended, _Unanswered):
             return Delegation.failed(call, ended.session_id, ended.outcome, ended.cause)
         if isinstance(ended, _Earlier):
@@ -729,8 +761,8 @@ class _Remote:
         return delegation.answer(call, ended)
 
     async def _child_workflow(
-        self, driver: Driver, link: ParentLink, task: str
-    ) -> RunResult[Any] | _Unanswered | _Earlier:
+        self, driver: Driver, link: ParentLink, task: str, *, limit: float | None
+    ) -> RunResult[Any] | _Unanswered | _Earlier | _Late:
         """Run `driver`'s agent on `task` as the child workflow of `link`.
 
         The child's ids come from the call (`child_ids`): a replayed parent
@@ -738,7 +770,10 @@ class _Remote:
         cannot start because one of that id ran before (an earlier attempt
         at this run, the workflow reset) answers from its session's log
         (`_Earlier`); a child cancelled on its own, refused or crashed gives
-        no answer (`_Unanswered`).
+        no answer (`_Unanswered`). A child that has not answered within
+        `limit` seconds (the caller's `tool_timeout`, or `effect_timeout`
+        for a phase, as in-process) is ended, cancelled: no one waits on it
+        any more (`_Late`).
 
         Raises:
             ChildWorkflowError: the child was cancelled with this run.
@@ -758,8 +793,8 @@ class _Remote:
         )
         self.children[session_id] = None
         try:
-            data = await self._track(
-                workflow.execute_child_workflow(
+            handle = await self._track(
+                workflow.start_child_workflow(
                     WORKFLOW,
                     serde.to_json(spec),
                     id=workflow_id_of(session_id),
@@ -771,6 +806,13 @@ class _Remote:
                     f"for call {link.call_id} of run {link.run_id}",
                 )
             )
+            if limit is not None and not await self._in_time(handle, limit):
+                reason = f"its call {link.call_id!r}, or a call above it, timed out"
+                await handle.signal("cancel", reason)
+                with contextlib.suppress(ChildWorkflowError):
+                    await handle  # it ends, cancelled: no one would resume it
+                return _Late(limit)
+            data = await self._track(handle)
         except WorkflowAlreadyStartedError:
             session = await Session.open(_WorkflowLog(spec), spec.session_id)
             return _Earlier(session, run_id)
@@ -789,6 +831,25 @@ class _Remote:
             self.children.pop(session_id, None)
         result: RunResult[Any] = serde.from_json(RunResult, data)
         return result
+
+    async def _in_time(
+        self, handle: ChildWorkflowHandle[Any, Any], limit: float
+    ) -> bool:
+        """Wait at most `limit` seconds for the child of `handle` to end.
+
+        Returns:
+            Whether it ended in time. A ``cancel`` signal meanwhile cancels
+            the child with this run, as an unbounded wait would.
+        """
+        try:
+            await self._track(workflow.wait_condition(handle.done, timeout=limit))
+        except TimeoutError:
+            return False
+        except asyncio.CancelledError:
+            if self.cancelled is None:
+                raise  # the workflow itself is cancelled: the child goes with it
+            handle.cancel()
+        return True
 
     def _interrupted(self) -> Event:
         """An activity or a child was cancelled: by a ``cancel`` signal, or not."""
@@ -818,6 +879,19 @@ class _Remote:
                 )
             )
         raise EffectCrashed(f"{effect_key(decision)}: {cause or exc}") from None
+
+
+async def _keep(ctx: EffectContext, finished: Mapping[int, Message]) -> None:
+    """Log the results of a batch's calls that finished before it was cut short.
+
+    As in-process: a cancelled or interrupted run keeps what its tools did,
+    and its resume closes only the calls left without a result.
+    """
+    record = ctx.journal.record if ctx.journal is not None else None
+    if record is None:
+        return
+    for index in sorted(finished):
+        await record(finished[index])
 
 
 def _within(

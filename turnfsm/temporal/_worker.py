@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from temporalio.client import Client
@@ -79,6 +79,8 @@ def create_worker(
         ConfigError: `agents` is empty or two of them share a name, or
             `task_queue` is empty.
     """
+    if isinstance(agents, str | bytes | Mapping):
+        raise ConfigError("agents", agents, "an Agent or a sequence of Agents")
     listed = (agents,) if isinstance(agents, Agent) else tuple(agents)
     if not listed:
         raise ConfigError("agents", agents, "at least one Agent")
