@@ -165,3 +165,45 @@ def test_a_call_is_chosen_by_the_model_only_when_there_is_a_choice(
     assert call == {"name": "read_log", "arguments": "{}"}
     assert len(llama.prompts) == completions
     assert llama.prompts[-1].endswith(call_prefix("read_log"))
+
+
+class _Cut(_Llama):
+    """A model whose reply its budget (or the window) cuts off; choices cost 2."""
+
+    def __init__(self, choice: str) -> None:
+        super().__init__()
+        self.choice = choice
+
+    def create_completion(self, prompt: str, **options: object) -> dict[str, object]:
+        self.prompts.append(prompt)
+        if options.get("max_tokens") == 16:  # the choice: a call, or a message
+            text, tokens, finish = self.choice, 2, "stop"
+        elif prompt.endswith(call_prefix("read_log")):
+            text, tokens, finish = '{"path": "/var/lo', 6, "length"
+        else:
+            text, tokens, finish = "The log say", 6, "length"
+        return {
+            "choices": [{"text": text, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": tokens},
+        }
+
+
+@pytest.mark.parametrize(
+    "choice", ["functions.read_log:", "message"], ids=["call", "text"]
+)
+def test_a_reply_cut_off_says_so_and_counts_only_its_own_tokens(
+    monkeypatch: pytest.MonkeyPatch, choice: str
+) -> None:
+    # A call whose arguments broke off said "tool_calls", and the choice's
+    # tokens were counted as the reply's: either hid a cut at the window.
+    from turnfsm.providers import _llama_serve
+
+    monkeypatch.setattr(_llama_serve, "_grammar", lambda text: text)
+    monkeypatch.setattr(_llama_serve, "_schema_grammar", lambda schema: schema)
+    llama = _Cut(choice)
+    reply = _llama_serve.tool_chat_handler(
+        llama, _conversation()[:2], tools=TOOLS, tool_choice="auto", max_tokens=6
+    )
+    assert len(llama.prompts) == 2  # the choice, then the reply
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert reply["usage"]["completion_tokens"] == 6

@@ -140,7 +140,11 @@ def tool_chat_handler(
         used["prompt_tokens"] = max(
             used["prompt_tokens"], out["usage"]["prompt_tokens"]
         )
-        used["completion_tokens"] += out["usage"]["completion_tokens"]
+        # The reply's own tokens: the choice between a call and a message is
+        # a step of this format's, not part of the reply (a reply reported
+        # longer than it is would read as one its budget, not the window,
+        # cut off).
+        used["completion_tokens"] = out["usage"]["completion_tokens"]
         ended[0] = str(out["choices"][0].get("finish_reason") or "stop")
         return str(out["choices"][0]["text"])
 
@@ -179,7 +183,10 @@ def tool_chat_handler(
             "type": "function",
             "function": {"name": name, "arguments": arguments},
         }
-        text, calls, finish = None, [call], "tool_calls"
+        # Arguments cut off (by the budget, or by the window) say so: the
+        # driver then never runs a call that broke off.
+        finish = "length" if ended[0] == "length" else "tool_calls"
+        text, calls = None, [call]
     else:
         if response_format is not None and response_format.get("type") == "json_object":
             grammar = _schema_grammar(response_format.get("schema"))
