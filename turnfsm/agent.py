@@ -26,7 +26,13 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnfsm import _checks, _deprecated
-from turnfsm.core import Event, ModelReplied, OutputRejected
+from turnfsm.core import (
+    ContextOverflowed,
+    Event,
+    ModelFailed,
+    ModelReplied,
+    OutputRejected,
+)
 from turnfsm.driver import (
     SUBAGENT_MAX_CHILDREN,
     SUBAGENT_MAX_DEPTH,
@@ -38,7 +44,7 @@ from turnfsm.driver import (
     read_session,
     subagent_tool,
 )
-from turnfsm.errors import ConfigError, OutputInvalid
+from turnfsm.errors import ConfigError, OutputInvalid, ProviderError
 from turnfsm.hooks import (
     Hook,
     ModelCallInfo,
@@ -64,8 +70,10 @@ class _Forward(Hook):
     """Forwards streamed text (or, without streaming, each reply) to a channel.
 
     A streamed answer that is rejected (it does not fit the run's output
-    type, and is asked for again) is followed by a `TextDiscardedInfo`, as
-    a broken-off attempt is: its pieces are no part of the answer.
+    type, and is asked for again), or refused once it came (over the
+    window, cut off at the server's window, withheld by a filter), is
+    followed by a `TextDiscardedInfo`, as a broken-off attempt is: its
+    pieces are no part of the answer.
     """
 
     def __init__(self, send: MemoryObjectSendStream[str | TextDiscardedInfo]) -> None:
@@ -90,14 +98,20 @@ class _Forward(Hook):
 
     def on_outcome(self, info: OutcomeInfo) -> None:
         event = info.event
-        if isinstance(event, OutputRejected) and self.sent and self.call is not None:
+        void: Exception | None = None
+        if isinstance(event, OutputRejected):
+            void = OutputInvalid(errors=event.errors)
+        elif isinstance(event, ContextOverflowed | ModelFailed):
+            # The reply came, and was refused: the run never takes it.
+            void = ProviderError(event.error.message, kind=event.error.type)
+        if void is not None and self.sent and self.call is not None:
             self.send.send_nowait(
                 TextDiscardedInfo(
                     run_id=info.run_id,
                     turn=self.call.turn,
                     attempt=self.call.attempt,
                     text="".join(self.sent),
-                    error=OutputInvalid(errors=event.errors),
+                    error=void,
                 )
             )
         elif isinstance(event, ModelReplied) and not self.streamed:

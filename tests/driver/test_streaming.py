@@ -289,6 +289,31 @@ async def test_run_stream_pieces_say_a_rejected_structured_answer_was_void() -> 
     assert stream.result.output == Count(n=1)
 
 
+async def test_run_stream_pieces_say_a_reply_refused_once_it_came_was_void() -> None:
+    # A reply over the window is not committed; its streamed text went on
+    # to the reader as though it were the answer.
+    from turnfsm import ContextManager
+    from turnfsm.core import ContextOverflowed
+
+    long = " ".join(["word"] * 3_000)
+    model = StreamingModel(reply(long), reply("short"))
+    agent = Agent(model=model, context=ContextManager(context_window=2_000))
+    async with agent.run_stream("talk") as stream:
+        pieces = [p async for p in stream.pieces()]
+    (void,) = [p for p in pieces if isinstance(p, TextDiscardedInfo)]
+    assert void.text == long + " "
+    (refused,) = [
+        e for e in agent.session.runs[0].events if isinstance(e, ContextOverflowed)
+    ]
+    assert isinstance(void.error, ProviderError)
+    assert (void.error.kind, str(void.error)) == (
+        refused.error.type,
+        str(ProviderError(refused.error.message, kind=refused.error.type)),
+    )
+    assert "it is not committed" in refused.error.message
+    assert long not in stream.result.text
+
+
 async def test_run_stream_pieces_say_where_a_retried_streams_text_was_void() -> None:
     agent = Agent(model=BreaksOnce(), retry=FAST)
     async with agent.run_stream("x") as stream:
