@@ -118,6 +118,31 @@ async def test_without_opting_in_no_span_carries_what_was_said() -> None:
     assert _leaks(traced) == []
 
 
+@pytest.mark.parametrize("how", ["output-type", "content-filter"])
+async def test_a_failure_that_quotes_the_answer_leaves_its_words_out(how: str) -> None:
+    # The run's span quoted the answer in its status and exception: an
+    # answer that never fit the output type, a reply a filter withheld.
+    from turnfsm.providers import ModelResponse
+    from turnfsm.testing import reply
+
+    traced = Traced.create()
+    if how == "output-type":
+        answer = f'{{"result": "{SECRET}"}}'
+        model = ScriptedModel.of(said(answer), said(answer))
+        options: dict[str, Any] = {"output_type": int, "max_output_retries": 1}
+    else:
+        withheld = ModelResponse(message=reply(SECRET), finish_reason="content_filter")
+        model = ScriptedModel.of(withheld)
+        options = {"output_type": int}
+    result = await _driver(traced, model, **options).run("go")
+    assert result.outcome == "failed"
+    assert SECRET in str(result.error)  # the caller is told, the trace is not
+    assert _leaks(traced) == []
+    [root] = [s for s in traced.spans if s.name == "invoke_agent turnfsm"]
+    assert root.status.description
+    assert (root.attributes or {})[A.ERROR_TYPE] == type(result.error).__name__
+
+
 def _by_name(traced: Traced) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for span in traced.spans:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import traceback
 from typing import Any, Final
 
 from opentelemetry.metrics import Histogram
@@ -14,6 +13,7 @@ from turnfsm.tracing import attributes as A
 from turnfsm.tracing._content import (
     error_status,
     messages_json,
+    record_without_text,
     to_json,
     usage_attributes,
 )
@@ -158,18 +158,7 @@ def _raised(span: Span, raised: Exception, *, capture: bool) -> str:
     if capture:
         span.record_exception(raised)
     else:
-        trace = "".join(traceback.format_tb(raised.__traceback__))
-        module, name = type(raised).__module__, type(raised).__qualname__
-        qualified = name if module == "builtins" else f"{module}.{name}"  # as Python
-        span.record_exception(
-            raised,
-            attributes={
-                "exception.message": "",
-                "exception.stacktrace": (
-                    f"Traceback (most recent call last):\n{trace}{qualified}\n"
-                ),
-            },
-        )
+        record_without_text(span, raised)
     return kind
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Mapping
 from typing import Any, Final
 
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode
 
 from turnfsm.tracing import attributes as A
 from turnfsm.values import Usage
@@ -17,6 +18,7 @@ __all__ = [
     "cut",
     "error_status",
     "messages_json",
+    "record_without_text",
     "to_json",
     "total_attributes",
     "usage_attributes",
@@ -87,3 +89,23 @@ def error_status(text: str | None) -> Status:
 def cut(text: str, limit: int) -> str:
     """`text`, or its first characters and ``...`` when longer than `limit`."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def record_without_text(span: Span, raised: BaseException, message: str = "") -> None:
+    """Record `raised` on `span` as an ``exception`` event, its text left out.
+
+    Its type and traceback, with `message` for its message: the exception's
+    own text may quote what was said (a tool's arguments, a model's answer).
+    """
+    trace = "".join(traceback.format_tb(raised.__traceback__))
+    module, name = type(raised).__module__, type(raised).__qualname__
+    qualified = name if module == "builtins" else f"{module}.{name}"  # as Python
+    span.record_exception(
+        raised,
+        attributes={
+            A.EXCEPTION_MESSAGE: message,
+            "exception.stacktrace": (
+                f"Traceback (most recent call last):\n{trace}{qualified}\n"
+            ),
+        },
+    )
