@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 # Only what imports in a blink (no turnfsm package with its dependencies): the
@@ -900,7 +900,8 @@ def _main(argv: Sequence[str] | None) -> int:
     from turnfsm.errors import TurnFSMError
 
     try:
-        return _dispatch(args)
+        with _store_wins(args):
+            return _dispatch(args)
     except BrokenPipeError:
         raise
     except (TurnFSMError, OSError) as exc:  # one line, whichever command
@@ -908,6 +909,32 @@ def _main(argv: Sequence[str] | None) -> int:
 
         name = " ".join(filter(None, [args.command, getattr(args, "action", None)]))
         return fail(name, exc)
+
+
+@contextlib.contextmanager
+def _store_wins(args: argparse.Namespace) -> Iterator[None]:
+    """Make ``--store`` the store of every agent the command builds.
+
+    ``--store`` wins over ``TURNFSM_STORE``: an agent module that `--agent`
+    imports builds its `Agent` with the variable's store, opened then (a
+    bad value failed the import, and a good one made a store file the
+    command never used). The variable is as it was once the command ends.
+    """
+    store = getattr(args, "store", None)
+    if not store:
+        yield
+        return
+    from turnfsm.persistence import STORE_ENV
+
+    was = os.environ.get(STORE_ENV)
+    os.environ[STORE_ENV] = store
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop(STORE_ENV, None)
+        else:
+            os.environ[STORE_ENV] = was
 
 
 _TRACED = ("demo", "run", "approve", "reject", "resume", "view", "worker")
