@@ -539,6 +539,52 @@ def test_an_answer_refused_for_a_session_held_elsewhere_does_not_say_it_goes_on(
     assert approval_agent.DELETED == []
 
 
+def test_approving_a_run_another_process_carries_on_names_its_holder(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    # It said "(it is unfinished: `turnfsm resume` carries it on)", naming a
+    # RUN the user never gave, and resume was then refused for the lease.
+    from turnfsm import Agent
+    from turnfsm.testing import FakeModelClient, reply, tool_call
+
+    started = anyio.Event()
+
+    async def slow(n: int) -> str:
+        """Work slowly.
+
+        Args:
+            n: Which.
+        """
+        started.set()
+        await anyio.sleep(60)
+        return "done"
+
+    store = str(tmp_path / "s.db")
+
+    async def cut_off() -> str:
+        agent = Agent(
+            model=FakeModelClient(lambda r: reply("", tool_call("slow", "c1", n=1))),
+            tools=[slow],
+            store=store,
+        )
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(agent.run, "go")
+            await started.wait()
+            tasks.cancel_scope.cancel()  # interrupted: an unfinished run
+        async with SQLiteStore(store) as db:
+            await db.acquire_lease(agent.session.id, "elsewhere:1:abc", ttl=600)
+        return agent.session.id
+
+    session_id = anyio.run(cut_off)
+
+    assert main(["approve", session_id, "--agent", CAREFUL, "--store", store]) == 2
+
+    out, err = capsys.readouterr()
+    assert "goes on" not in out
+    assert "is held by 'elsewhere:1:abc'" in err
+    assert "RUN" not in err
+
+
 def test_a_pause_that_takes_no_review_is_shown_with_its_own_answer(
     capsys: Capture, tmp_path: Path
 ) -> None:

@@ -47,7 +47,13 @@ from turnfsm.errors import (
     busy_words,
 )
 from turnfsm.hooks import ConsoleHook, DecisionInfo, Hook, TransitionInfo
-from turnfsm.persistence import RunRecord, Session, SessionStore, parent_of
+from turnfsm.persistence import (
+    RunRecord,
+    Session,
+    SessionStore,
+    holder_of,
+    parent_of,
+)
 
 __all__ = ["ANSWERS", "AnswerCommand", "run_answer"]
 
@@ -297,6 +303,12 @@ async def _go_on(
         return await driver.abandon(
             session, run.run_id, reason=reason, force=command.force
         )
+    if paused.waiting is None and command.action != "resume":
+        # Not paused: another process may be carrying it on (its lease says
+        # who), which `turnfsm resume` would be refused for too.
+        held = await holder_of(session, session.store)
+        if held is not None:
+            raise held
     event = _event(command, paused)
     if paused is run:  # a sub-agent's tools are inside its caller's tool
         _check_tools(driver, run, command)
