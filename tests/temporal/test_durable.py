@@ -1657,6 +1657,21 @@ async def test_start_durable_refuses_bad_settings(temporal_client: Client) -> No
         DurableOptions(heartbeat_timeout=0)
 
 
+async def test_a_run_of_an_agent_its_workers_do_not_serve_fails_naming_it(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Its result raised RunCrashed, as though a hook or a tool had a bug.
+    store = SQLiteStore(tmp_path / "u.db")
+    served = Agent(model=ScriptedModel.of("x"), store=store, name="served")
+    other = Agent(model=ScriptedModel.of("x"), store=store, name="unserved")
+    async with _served(temporal_client, served) as queue:
+        run = await start_durable(other, "hi", client=temporal_client, task_queue=queue)
+        with pytest.raises(ConfigError) as refused:
+            await run.result(timeout=30)
+    assert (refused.value.field, refused.value.value) == ("agent", "unserved")
+    assert "they serve served" in str(refused.value)
+
+
 @pytest.mark.parametrize("agents", ["notanagent", b"x", {"a": 1}, []])
 def test_create_worker_names_the_agents_given_when_they_are_not_agents(
     agents: Any,

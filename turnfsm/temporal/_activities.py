@@ -164,16 +164,20 @@ def agent_named(name: str, task_queue: str) -> Agent:
     """Return the agent `name` served on `task_queue`.
 
     Raises:
-        ApplicationError: no worker of this process serves it (not retried).
+        ApplicationError: no worker of this process serves it (not retried):
+            a `ConfigError` naming the agent, as the run's result raises it.
     """
     agent = _served(name, task_queue)
     if agent is None:
-        known = ", ".join(sorted({n for _, n in _AGENTS})) or "none"
-        raise ApplicationError(
-            f"no agent named {name!r} is served on {task_queue!r} here "
-            f"(known: {known})",
-            type="turnfsm.unknown_agent",
-            non_retryable=True,
+        known = ", ".join(sorted({n for q, n in _AGENTS if q == task_queue}))
+        raise not_retried(
+            ConfigError(
+                "agent",
+                name,
+                f"an agent the workers on task queue {task_queue!r} serve (they"
+                f" serve {known or 'none'}): run a worker with it (turnfsm"
+                " worker --agent MODULE:ATTR), or start the run on its queue",
+            )
         )
     return agent
 
