@@ -295,6 +295,43 @@ async def test_a_sub_agent_pausing_for_approval_is_answered_on_its_own_run(
     assert [r.outcome for r in done.runs] == ["done"]
 
 
+async def test_a_sub_agent_paused_past_its_callers_limit_still_waits_for_its_answer(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Bounding the child's workflow by the call's tool_timeout cancelled a
+    # child paused for approval once the limit passed: a person's time to
+    # answer counted as the child's work.
+    cleaner, deleted = careful_child()
+    store = SQLiteStore(tmp_path / "lead.db")
+    tool = cleaner.as_tool(name="cleaner", description="Deletes, asking first")
+    lead = Agent(
+        model=lead_model("cleaner", "tmp"),
+        tools=[tool],
+        store=store,
+        name="lead",
+        tool_timeout=1,
+    )
+    async with _served(temporal_client, lead, cleaner) as queue:
+        run = await start_durable(
+            lead,
+            "clean up",
+            client=temporal_client,
+            task_queue=queue,
+            run_id="run_lead",
+        )
+        kid_id, _ = child_ids(run.session_id, "run_lead", "call_tmp")
+        kid = DurableRun(temporal_client, kid_id, agent=cleaner)
+        await _paused(kid)
+        await anyio.sleep(2.5)  # past the limit, twice
+        assert (await kid.status()).outcome == "paused"
+        await kid.approve()
+        with anyio.fail_after(30):
+            result = await run.result()
+    assert result.ok, result.error
+    assert result.text == "Report: deleted a.tmp; deleted b.tmp"
+    assert sorted(deleted) == ["a.tmp", "b.tmp"]
+
+
 async def test_calls_past_the_limits_get_the_in_process_error_results(
     temporal_client: Client, tmp_path: Path
 ) -> None:

@@ -91,7 +91,8 @@ def _not_below_initial(inst: Any, _attr: object, value: float) -> None:
             "retry_max",
             value,
             f"seconds >= retry_initial ({inst.retry_initial}): the longest wait"
-            " between attempts is no shorter than the first",
+            " between attempts is no shorter than the first (a retry_initial"
+            " over the default retry_max takes a retry_max too)",
         )
 
 

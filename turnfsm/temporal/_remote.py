@@ -155,6 +155,9 @@ def new_message_id() -> str:
     return "msg_" + workflow.uuid4().hex[:24]
 
 
+CALL_TIMED_OUT: Final = "call_timed_out"
+"""The signal a sub-agent's workflow gets when its caller's limit is past."""
+
 _SHORTEST_WAIT: Final = 0.001
 """The shortest wait between a model call's attempts Temporal is given (seconds)."""
 
@@ -806,12 +809,19 @@ class _Remote:
                     f"for call {link.call_id} of run {link.run_id}",
                 )
             )
-            if limit is not None and not await self._in_time(handle, limit):
-                reason = f"its call {link.call_id!r}, or a call above it, timed out"
-                await handle.signal("cancel", reason)
-                with contextlib.suppress(ChildWorkflowError):
-                    await handle  # it ends, cancelled: no one would resume it
-                return _Late(limit)
+            late = f"its call {link.call_id!r}, or a call above it, timed out"
+            told = False
+            while limit is not None and not handle.done():
+                if not await self._in_time(handle, limit):
+                    # Past the limit: a child at work ends, cancelled; one
+                    # waiting for an answer goes on waiting (as in-process,
+                    # where its caller's run stops until it is answered),
+                    # and is told again once it has worked `limit` more.
+                    # (A child that ended meanwhile takes no signal: its
+                    # result is read below.)
+                    with contextlib.suppress(Exception):
+                        await handle.signal(CALL_TIMED_OUT, late)
+                    told = True
             data = await self._track(handle)
         except WorkflowAlreadyStartedError:
             session = await Session.open(_WorkflowLog(spec), spec.session_id)
@@ -830,6 +840,8 @@ class _Remote:
         finally:
             self.children.pop(session_id, None)
         result: RunResult[Any] = serde.from_json(RunResult, data)
+        if told and result.outcome == "cancelled" and late in str(result.error):
+            return _Late(limit or 0.0)
         return result
 
     async def _in_time(

@@ -126,7 +126,13 @@ with workflow.unsafe.imports_passed_through():
         payload_size,
         run_result,
     )
-    from turnfsm.temporal._remote import _Remote, _WorkflowLog, new_message_id, now
+    from turnfsm.temporal._remote import (
+        CALL_TIMED_OUT,
+        _Remote,
+        _WorkflowLog,
+        new_message_id,
+        now,
+    )
 
 __all__ = ["TurnWorkflow"]
 
@@ -559,6 +565,21 @@ class TurnWorkflow:
                 type="turnfsm.bad_answer",
                 non_retryable=True,
             )
+
+    @workflow.signal(name=CALL_TIMED_OUT)
+    def call_timed_out(self, reason: str) -> None:
+        """The call that runs this sub-agent timed out: end the run, unless it waits.
+
+        As in-process, a sub-agent past its caller's ``tool_timeout`` (a
+        phase's ``effect_timeout``) ends, cancelled; one waiting for an
+        answer, or on a sub-agent of its own, is left to wait: its caller
+        waits for it, and tells it again later.
+        """
+        waits = self._status.waiting is not None or (
+            self._remote is not None and bool(self._remote.children)
+        )
+        if not waits and self._status.outcome == "running":
+            self.cancel(reason)
 
     @workflow.signal(name="cancel")
     def cancel(self, reason: str = "cancelled") -> None:
