@@ -1431,6 +1431,19 @@ class City:
     population: int
 
 
+@attrs.define
+class Ranked:
+    """A ranked city.
+
+    Attributes:
+        name: Its name.
+        rank: Its rank (0: none).
+    """
+
+    name: str
+    rank: int = 0
+
+
 @pytest.mark.parametrize(
     ("output_type", "said", "answer"),
     [
@@ -1441,9 +1454,11 @@ class City:
         ),
         (int, '{"result": 42}', 42),
         (int, "42", 42),
+        (int, "1.0", 1),  # the value the type reads, not the number as written
+        (Ranked, '{"name": "Lyon"}', {"name": "Lyon", "rank": 0}),  # its default
         (str, "just words", None),
     ],
-    ids=["fenced", "wrapped", "bare", "plain-text"],
+    ids=["fenced", "wrapped", "bare", "read-as-the-type", "default", "plain-text"],
 )
 async def test_a_structured_sub_agent_answers_its_caller_with_the_value_as_json(
     output_type: Any, said: str, answer: Any
@@ -1466,4 +1481,5 @@ async def test_a_structured_sub_agent_answers_its_caller_with_the_value_as_json(
     if answer is None:
         assert result.text == said
     else:
-        assert json.loads(result.text) == answer
+        loaded = json.loads(result.text)
+        assert (loaded, type(loaded)) == (answer, type(answer))

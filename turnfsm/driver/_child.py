@@ -29,7 +29,7 @@ import types
 from collections.abc import Callable
 from typing import IO, Any
 
-__all__ = ["answer", "as_text", "main"]
+__all__ = ["answer", "as_json", "as_text", "main"]
 
 
 LOADING_MAIN: str | None = None
@@ -88,12 +88,21 @@ def as_text(result: object) -> str:
     if isinstance(result, bytes | bytearray):
         return _decoded(result)
     try:
-        return json.dumps(result, default=_jsonable, ensure_ascii=False)
+        return as_json(result)
     except (TypeError, ValueError, RecursionError):
         try:
             return str(result)
         except RecursionError:
             return reprlib.repr(result)
+
+
+def as_json(value: object) -> str:
+    """Return `value` as JSON, as `as_text` writes what is not text.
+
+    Raises:
+        TypeError, ValueError, RecursionError: JSON cannot hold it.
+    """
+    return json.dumps(value, default=_jsonable, ensure_ascii=False)
 
 
 def _jsonable(value: Any) -> Any:

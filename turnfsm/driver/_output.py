@@ -32,6 +32,7 @@ from turnfsm.driver._arguments import (
     check_arguments,
     problems_of_structuring,
 )
+from turnfsm.driver._child import as_json
 from turnfsm.driver._schema import (
     Unsupported,
     class_schema,
@@ -169,20 +170,18 @@ class OutputType:
     def answer_json(self, text: str) -> str:
         """Return the answer in `text` as the JSON of its value, for a caller.
 
-        A reply `parse` accepts may be fenced, or the value wrapped in the
-        object the provider was asked for: a sub-agent's caller gets the
-        value itself, as JSON. Plain text, or text that is no JSON, is
-        returned as it is.
+        The value `parse` reads (defaults filled in, the type's own
+        validation applied), as JSON, as a tool's value is written: a
+        sub-agent's caller gets that, not the reply as written (fenced, or
+        wrapped in the object the provider was asked for). Plain text, or
+        text that is no answer of the type, is returned as it is.
         """
         if self._validator is None:
             return text
         try:
-            data = json.loads(_unfenced(text), parse_int=_read_int)
-        except (_LongInt, ValueError, RecursionError):
+            return as_json(self.parse(text))
+        except (InvalidArguments, TypeError, ValueError, RecursionError):
             return text
-        if self.wrapped and isinstance(data, Mapping) and WRAPPER in data:
-            data = data[WRAPPER]
-        return json.dumps(data, ensure_ascii=False)
 
     def errors(self, exc: InvalidArguments) -> tuple[str, ...]:
         """Return each problem as one line for the model, paths in the answer."""
