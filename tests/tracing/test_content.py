@@ -143,6 +143,32 @@ async def test_a_failure_that_quotes_the_answer_leaves_its_words_out(how: str) -
     assert (root.attributes or {})[A.ERROR_TYPE] == type(result.error).__name__
 
 
+async def test_a_sub_agent_s_failure_passed_up_leaves_the_answer_s_words_out() -> None:
+    # A phase's child whose answer never fit failed the effect, then the run:
+    # both spans quoted the child's answer through the errors that carry it.
+    from turnfsm import Agent, review_machine
+    from turnfsm.driver import subagent_effect
+    from turnfsm.testing import FakeModelClient, reply
+
+    traced = Traced.create()
+    child = Agent(
+        model=FakeModelClient(lambda r: f'{{"result": "{SECRET}"}}'),
+        output_type=int,
+        max_output_retries=0,
+    )
+    agent = Agent(
+        model=FakeModelClient(lambda r: reply("draft")),
+        machine=review_machine(),
+        effects={"review": subagent_effect(child.driver, signal="approved")},
+        hooks=[traced.hook],
+    )
+    result = await agent.run("go")
+    assert result.outcome == "failed"
+    assert SECRET in str(result.error)
+    assert {s.name for s in traced.spans} >= {"turnfsm.effect", "invoke_agent turnfsm"}
+    assert _leaks(traced) == []
+
+
 def _by_name(traced: Traced) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for span in traced.spans:

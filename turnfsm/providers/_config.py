@@ -136,10 +136,8 @@ def model_name(provider: str, client: str, example: str) -> Any:
 
 
 def positive_or_none(name: str) -> Any:
-    """Return an attrs validator: None, or a number > 0 (ConfigError names `name`)."""
-    return _checks.number(
-        name, above=0, optional=True, expected="a finite number > 0, or None"
-    )
+    """Return an attrs validator: None, or seconds > 0 (ConfigError names `name`)."""
+    return _checks.seconds(name)
 
 
 def http_url(example: str) -> Any:

@@ -10,7 +10,12 @@ from turnfsm.core import Compact, Perform
 from turnfsm.errors import EffectFailed
 from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import error_status, total_attributes
+from turnfsm.tracing._content import (
+    error_status,
+    record_without_text,
+    total_attributes,
+    without_content,
+)
 from turnfsm.values import ErrorInfo, PassPayback
 
 __all__ = [
@@ -48,12 +53,23 @@ def start_effect(
     )
 
 
-def fail_effect(span: Span, error: EffectFailed) -> None:
-    """Mark an effect's span failed: what it raised, with its traceback."""
+def fail_effect(span: Span, error: EffectFailed, *, capture: bool) -> None:
+    """Mark an effect's span failed: what it raised, with its traceback.
+
+    Without content capture, a failure that quotes the model's words (a
+    sub-agent phase's child whose answer never fit) leaves them out.
+    """
     span.set_attribute(A.ERROR_TYPE, error.type)
     raised = error.__cause__  # the effect's own exception, when in this process
-    span.record_exception(raised if isinstance(raised, Exception) else error)
-    span.set_status(error_status(f"{error.type}: {error.message}"))
+    exception = raised if isinstance(raised, Exception) else error
+    said = f"{error.type}: {error.message}"
+    quiet = None if capture else without_content(error)
+    if quiet is None:
+        span.record_exception(exception)
+    else:
+        said = quiet
+        record_without_text(span, exception, said)
+    span.set_status(error_status(said))
 
 
 def pass_labels(record: CompactionRecord) -> dict[str, str]:

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from opentelemetry.trace import Span, Status, StatusCode
 
+from turnfsm.errors import CONTENT_FILTER, OutputInvalid, ProviderError
 from turnfsm.tracing import attributes as A
 from turnfsm.values import Usage
 
@@ -22,6 +23,7 @@ __all__ = [
     "to_json",
     "total_attributes",
     "usage_attributes",
+    "without_content",
 ]
 
 NAME_CHARS: Final = 128
@@ -109,3 +111,38 @@ def record_without_text(span: Span, raised: BaseException, message: str = "") ->
             ),
         },
     )
+
+
+_QUOTING: Final = ("OutputInvalid: ", f"[{CONTENT_FILTER}]: ")
+"""Where a failure passed up (a sub-agent's, an effect's) starts quoting words."""
+
+
+def without_content(error: BaseException) -> str | None:
+    """What a failure says without the conversation's words, or None.
+
+    Most errors name settings, limits and types. Two quote what the model
+    said: an answer that did not fit the output type (its values), and a
+    reply a filter withheld (its text); so does a failure that passes one
+    of theirs up (a sub-agent's, an effect's). Without content capture,
+    spans say what happened and leave the words out.
+    """
+    if isinstance(error, OutputInvalid):
+        return (
+            f"the final answer did not fit the output type after {error.retries} "
+            f"re-ask(s): {len(error.errors)} problem(s), which quote the answer"
+            " (recorded with message content captured)"
+        )
+    if isinstance(error, ProviderError) and error.kind == CONTENT_FILTER:
+        return (
+            f"model provider error [{CONTENT_FILTER}]: the provider withheld the"
+            " answer (its words are recorded with message content captured)"
+        )
+    text = str(error)
+    for marker in _QUOTING:
+        at = text.find(marker)
+        if at >= 0:
+            return (
+                text[: at + len(marker)]
+                + "(words of the answer, recorded with message content captured)"
+            )
+    return None

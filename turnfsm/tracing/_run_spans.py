@@ -10,7 +10,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from turnfsm.core import emergency_line, threshold_line
-from turnfsm.errors import CONTENT_FILTER, EffectFailed, OutputInvalid, ProviderError
+from turnfsm.errors import EffectFailed
 from turnfsm.hooks import RunEndInfo, RunStartInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.tracing import attributes as A
@@ -20,6 +20,7 @@ from turnfsm.tracing._content import (
     messages_json,
     record_without_text,
     total_attributes,
+    without_content,
 )
 from turnfsm.values import ErrorInfo
 
@@ -100,7 +101,7 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
     cancelled = info.outcome in ("cancelled", "interrupted")
     error = info.error
     if isinstance(error, EffectFailed) and run.effect is not None:
-        fail_effect(run.effect, error)  # what failed the run: its span says so
+        fail_effect(run.effect, error, capture=capture)  # what failed the run
     close(run, cancelled=cancelled)
     root = run.root
     usage = info.usage
@@ -120,7 +121,7 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
         root.set_attribute(A.CANCELLED, True)
     elif error is not None:
         root.set_attribute(A.ERROR_TYPE, type(error).__name__)
-        said = str(error) if capture else _without_content(error)
+        said = str(error) if capture else without_content(error)
         if said is None:
             root.record_exception(error)
             said = str(error)
@@ -130,28 +131,6 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
     elif info.outcome in ("done", "paused"):
         root.set_status(Status(StatusCode.OK))
     root.end()
-
-
-def _without_content(error: BaseException) -> str | None:
-    """What a run's failure says without the conversation's words, or None.
-
-    Most errors name settings, limits and types. Two quote what the model
-    said: an answer that did not fit the output type (its values), and a
-    reply a filter withheld (its text). Without content capture, their
-    spans say what happened and leave the words out.
-    """
-    if isinstance(error, OutputInvalid):
-        return (
-            f"the final answer did not fit the output type after {error.retries} "
-            f"re-ask(s): {len(error.errors)} problem(s), which quote the answer"
-            " (recorded with message content captured)"
-        )
-    if isinstance(error, ProviderError) and error.kind == CONTENT_FILTER:
-        return (
-            f"model provider error [{CONTENT_FILTER}]: the provider withheld the"
-            " answer (its words are recorded with message content captured)"
-        )
-    return None
 
 
 def close(run: OpenRun, *, cancelled: bool) -> None:
