@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from tests.driver.lease_worker import TTL, build
@@ -386,3 +387,25 @@ async def test_two_requests_on_one_session_at_once_leave_the_first_its_lease(
         assert await store.lease_of(first.id) is None  # let go at its end
         stored = await Session.load(store, first.id)
         assert [r.outcome for r in stored.runs] == ["done", "done"]
+
+
+@pytest.mark.anyio
+async def test_a_loss_found_by_the_renewal_and_the_run_at_once_is_one_lease_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's own check and the background renewal both found the lease
+    # gone: the caller got ExceptionGroup([LeaseLost, LeaseLost]), which an
+    # `except LeaseLost:` does not catch.
+    lost = LeaseLost("ses_x", "me:1:a", holder="elsewhere:1:x")
+
+    async def renewal_finds_it(session: Session, hold: object) -> None:
+        raise lost
+
+    monkeypatch.setattr(driver_lease, "_renew", renewal_finds_it)
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session(store=store)
+        with pytest.raises(LeaseLost) as raised:
+            async with driver_lease.holding(session, ttl=30, store_timeout=None):
+                await anyio.lowlevel.checkpoint()  # the renewal fails first, then the run
+                raise LeaseLost(session.id, "me:1:a", holder="elsewhere:1:x")
+    assert raised.value.holder == "elsewhere:1:x"

@@ -256,9 +256,14 @@ async def _held(
                     if hold.renewing:
                         group.cancel_scope.cancel()
         except BaseExceptionGroup as raised:
-            # One failure (the run's) surfaces as itself, as it would unleased.
-            if len(raised.exceptions) == 1:
-                raise raised.exceptions[0] from None
+            # One failure (the run's) surfaces as itself, as it would unleased;
+            # so does a lost lease that the renewal and the run's own check
+            # both found (one loss, told twice).
+            first = raised.exceptions[0]
+            if len(raised.exceptions) == 1 or all(
+                isinstance(e, LeaseLost) for e in raised.exceptions
+            ):
+                raise first from None
             raise
     except SessionConflict as conflict:
         if _RUNNING[key] > 1:
