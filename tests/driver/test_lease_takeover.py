@@ -402,10 +402,13 @@ async def test_a_loss_found_by_the_renewal_and_the_run_at_once_is_one_lease_lost
         raise lost
 
     monkeypatch.setattr(driver_lease, "_renew", renewal_finds_it)
+
+    async def held(session: Session) -> None:
+        async with driver_lease.holding(session, ttl=30, store_timeout=None):
+            await anyio.lowlevel.checkpoint()  # the renewal fails, then the run
+            raise LeaseLost(session.id, "me:1:a", holder="elsewhere:1:x")
+
     async with SQLiteStore(tmp_path / "s.db") as store:
-        session = Session(store=store)
         with pytest.raises(LeaseLost) as raised:
-            async with driver_lease.holding(session, ttl=30, store_timeout=None):
-                await anyio.lowlevel.checkpoint()  # the renewal fails first, then the run
-                raise LeaseLost(session.id, "me:1:a", holder="elsewhere:1:x")
+            await held(Session(store=store))
     assert raised.value.holder == "elsewhere:1:x"
