@@ -420,6 +420,38 @@ def test_a_bad_import_file_names_the_line(tmp_path: Path, capsys: Capture) -> No
     assert "line 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("given", ["missing", "empty", "cut-short", "not-a-log"])
+def test_a_refused_import_leaves_no_store_behind(
+    tmp_path: Path, capsys: Capture, given: str
+) -> None:
+    # A store file with its tables was made at --store, then the file refused.
+    log = tmp_path / "log.jsonl"
+    if given == "empty":
+        log.write_text("")
+    elif given == "cut-short":
+        assert main(["demo", "--store", str(tmp_path / "demo.db")]) == 0
+        session_id = re.findall(r"session (ses_\w+)", capsys.readouterr().out)[0]
+        full = tmp_path / "full.jsonl"
+        export = [
+            "sessions",
+            "export",
+            session_id,
+            "--store",
+            str(tmp_path / "demo.db"),
+        ]
+        assert main([*export, "-o", str(full)]) == 0
+        log.write_bytes(full.read_bytes()[:3000])
+    elif given == "not-a-log":
+        log.write_text("{not json\n")
+    target = tmp_path / "new.db"
+    capsys.readouterr()
+
+    assert main(["sessions", "import", str(log), "--store", str(target)]) == 2
+
+    assert capsys.readouterr().err.startswith("turnfsm sessions import: ")
+    assert not target.exists()
+
+
 # -- reset-breaker -----------------------------------------------------------
 
 

@@ -124,6 +124,14 @@ def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
 
 async def _run(command: SessionsCommand, out: TextIO) -> int:
     limit = count_option("--limit", command.limit, LIST_LIMIT, low=1, what="sessions")
+    log: bytes | str | None = None
+    if command.action == "import":
+        # The log is read and checked before the store opens: a refused
+        # file leaves no store behind (a mistyped --store, a new file).
+        read = await _checked_log(str(command.file))
+        if isinstance(read, int):
+            return read
+        log = read
     store = open_cli_store(
         command.store,
         existing=command.action != "import",
@@ -133,7 +141,8 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
         if command.action == "list":
             return await _list(store, out, limit)
         if command.action == "import":
-            return await _import(store, str(command.file), out)
+            assert log is not None
+            return await _import(store, str(command.file), log, out)
         if command.action == "rm":
             return await _remove(
                 store,
@@ -606,7 +615,11 @@ def _write_utf8(out: TextIO, text: str) -> None:
     buffer.flush()
 
 
-async def _import(store: SessionStore, path: str, out: TextIO) -> int:
+async def _checked_log(path: str) -> bytes | str | int:
+    """The log at `path` (``-``: standard input), read and checked; or 2, said why.
+
+    Checked whole, in memory, as importing it would: nothing is written.
+    """
     data: str | bytes
     if path == "-" and sys.stdin is None:  # closed: `<&-`
         data = ""
@@ -642,11 +655,19 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         )
         return 2
     try:
-        session = await load_session(data, store)
+        await load_session(data)
     except CorruptRecord as exc:
         name = "standard input" if path == "-" else path
         print(f"turnfsm sessions import: {name}: {exc}", file=sys.stderr)
         return 2
+    return data
+
+
+async def _import(
+    store: SessionStore, path: str, data: str | bytes, out: TextIO
+) -> int:
+    try:
+        session = await load_session(data, store)
     except SessionConflict as exc:
         name = "standard input" if path == "-" else path
         said = await _already_in(store, exc.session_id, await load_session(data), name)
