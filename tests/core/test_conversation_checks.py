@@ -758,3 +758,50 @@ def test_a_review_of_replies_without_calls_written_first_will_do() -> None:
     )
 
     assert MachineSpec.from_toml(text).name == "review"
+
+
+@pytest.mark.parametrize(
+    ("machine", "phase", "dest", "extra"),
+    [
+        ("turn.toml", "compact", "start", ', "count_compaction"'),
+        ("review.toml", "await_review", "start", ""),
+    ],
+)
+def test_an_injection_that_moves_a_run_on_while_its_step_runs_is_refused(
+    machine: str, phase: str, dest: str, extra: str
+) -> None:
+    # It loaded, and a message injected while the phase's step ran crashed
+    # the run: the step's outcome came to a phase that does not take it.
+    stock = (machines_dir() / machine).read_text(encoding="utf-8")
+    moved = (
+        f'[[transitions]]\ntrigger = "message_injected"\nsource = "{phase}"\n'
+        f'dest = "{dest}"\nactions = ["record_injection"{extra}]\n\n'
+    )
+    text = edit(stock, INJECTED, moved + INJECTED)
+
+    line = text[: text.index(moved)].count("\n") + 1
+    assert problems_of(text) == [
+        (
+            line,
+            f"phase {phase!r} on 'message_injected' leaves for {dest!r} while its"
+            " step is under way: the step's outcome would come to a phase that"
+            " does not take it, and the run would crash; leave out its dest (the"
+            " message waits in the inbox until the run measures again) or go to"
+            " a fail phase",
+        )
+    ]
+
+
+def test_an_injection_may_answer_a_pause_by_moving_the_run_on() -> None:
+    # A paused phase runs no step: the message is its answer.
+    stock = (machines_dir() / "review.toml").read_text(encoding="utf-8")
+    paused = edit(
+        stock,
+        'await_review      = { effect = "review" }',
+        'await_review      = { decision = "pause" }',
+    )
+    moved = (
+        '[[transitions]]\ntrigger = "message_injected"\nsource = "await_review"\n'
+        'dest = "start"\nactions = ["record_injection"]\n\n'
+    )
+    MachineSpec.from_toml(edit(paused, INJECTED, moved + INJECTED))

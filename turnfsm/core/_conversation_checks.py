@@ -110,10 +110,54 @@ def check_conversation(
     _check_taken(spec, kinds, accepts, problem)
     _check_heard(spec, kinds, problem, guessed)
     _check_answered(spec, kinds, problem)
-    _check_calls_run(spec, kinds, problem)
+    told = _check_calls_run(spec, kinds, problem)
+    _check_injections_wait(spec, kinds, problem, told)
 
 
 _CALLS: Final = "has_tool_calls"
+
+_ENDS: Final = frozenset({"finish", "fail"})
+"""The decisions of the phases that end a run."""
+
+
+def _check_injections_wait(
+    spec: MachineSpec,
+    kinds: Mapping[str, str | None],
+    problem: Report,
+    told: Collection[int],
+) -> None:
+    """Refuse an injected message that moves a run on while its step is under way.
+
+    A message may be injected while a phase's step (a model call, a pass,
+    a batch of tools, an effect of yours) runs; the step's outcome then comes
+    to the phase the message moved the run to, which does not take it, and
+    the run would crash. A paused phase has no step under way (the message
+    is its answer), and a phase that ends the run takes no outcome.
+    """
+    for t in spec.transitions:
+        dest = t.dest
+        if (
+            t.trigger != "message_injected"
+            or dest is None
+            or kinds.get(dest) in _ENDS
+            or id(t) in told  # a reply's calls left open: said as such
+        ):
+            continue
+        moved = [
+            p for p in t.sources if p != dest and kinds.get(p) not in ("pause", *_ENDS)
+        ]
+        if moved:
+            problem(_injected_moves_on(moved[0], dest), t)
+
+
+def _injected_moves_on(source: str, dest: str) -> str:
+    return (
+        f"phase {source!r} on 'message_injected' leaves for {dest!r} while its"
+        " step is under way: the step's outcome would come to a phase that does"
+        " not take it, and the run would crash; leave out its dest (the message"
+        " waits in the inbox until the run measures again) or go to a fail phase"
+    )
+
 
 _LEAVES_CALLS_OPEN: Final = frozenset({"measure", "call_llm", "compact", "finish"})
 """The decisions the brain refuses to take with a reply's calls unanswered."""
@@ -161,7 +205,7 @@ def _check_answered(
 
 def _check_calls_run(
     spec: MachineSpec, kinds: Mapping[str, str | None], problem: Report
-) -> None:
+) -> set[int]:
     """A reply's tool calls are run (or the run fails) before the run goes on.
 
     A reply with calls may enter a phase that is no run_tools phase: one that
@@ -176,7 +220,12 @@ def _check_calls_run(
     An injected message is the same, from any phase that holds the calls (a
     run_tools phase too): it comes between two steps, and a transition on it
     that leaves the phase drops the step the phase was about to take.
+
+    Returns:
+        The transitions (by `id`) on an injected message found to leave
+        calls open.
     """
+    told: set[int] = set()
     fails = {p for p, k in kinds.items() if k == "fail"}
     answering = {
         p for p, k in kinds.items() if k not in _LEAVES_CALLS_OPEN and p not in fails
@@ -222,6 +271,8 @@ def _check_calls_run(
             problem(_leaves_calls(held, t, _way(ways, held)), t)
         elif into != "finish":  # an injection into finish: its own problem
             problem(_injected_leaves_calls(held, dest), t)
+            told.add(id(t))
+    return told
 
 
 _STEPS_OWN: Final = frozenset(
