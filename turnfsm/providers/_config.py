@@ -53,8 +53,8 @@ def resolve_api_key(
         raise ConfigError(
             "api_key",
             None,
-            f"set {env_var} or pass api_key= (or base_url= for a server that "
-            "needs no key)",
+            f"a key: {env_var} in the environment, or api_key= (or base_url= "
+            "for a server that needs no key)",
             missing=True,
         )
     return PLACEHOLDER_KEY
