@@ -775,8 +775,9 @@ class _Remote:
         (`_Earlier`); a child cancelled on its own, refused or crashed gives
         no answer (`_Unanswered`). A child that has not answered within
         `limit` seconds (the caller's `tool_timeout`, or `effect_timeout`
-        for a phase, as in-process) is ended, cancelled: no one waits on it
-        any more (`_Late`).
+        for a phase, as in-process) is told so (`CALL_TIMED_OUT`): one at
+        work ends, cancelled (`_Late`); one waiting for an answer goes on
+        waiting, and is told again after each further `limit`.
 
         Raises:
             ChildWorkflowError: the child was cancelled with this run.
@@ -841,7 +842,8 @@ class _Remote:
             self.children.pop(session_id, None)
         result: RunResult[Any] = serde.from_json(RunResult, data)
         if told and result.outcome == "cancelled" and late in str(result.error):
-            return _Late(limit or 0.0)
+            assert limit is not None  # told only past a limit
+            return _Late(limit)
         return result
 
     async def _in_time(
