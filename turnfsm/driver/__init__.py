@@ -61,8 +61,10 @@ from turnfsm.driver._subagents import (
 )
 from turnfsm.driver._tools import Tool, current_tool_call, function_tool
 
-# For durable runs (not in `__all__`): the approved calls whose tool a
+# For durable runs (not in `__all__`): the result of a call that did not end
+# in time (a sub-agent's child workflow); the approved calls whose tool a
 # worker's agent lacks, refused where the approval is sent.
+from turnfsm.driver._tools import late_result as late_result
 from turnfsm.driver._tools import missing_tools as missing_tools
 from turnfsm.persistence import (
     CompactionRecord,

@@ -633,8 +633,7 @@ async def tool_call_outcome(
                 warn_if_held(
                     f"tool {call.name!r} (call {call.id})", scope, limit, logger
                 )
-                late = f"tool {call.name!r} timed out after {limit}s"
-                return Message.tool_result(call.id, late, is_error=True), None
+                return late_result(call, limit), None
     except InvalidArguments as exc:
         return Message.tool_result(call.id, exc.report(call.name), is_error=True), None
     except SubagentWaiting:
@@ -706,6 +705,12 @@ def failed_result(call: ToolCallPart, exc: Exception) -> Message:
     text = _checks.message_of(exc)
     failed = f"tool {call.name!r} failed: {type(exc).__name__}: {text}"
     return Message.tool_result(call.id, failed, is_error=True)
+
+
+def late_result(call: ToolCallPart, limit: float) -> Message:
+    """The error result of a call that did not end within `limit` seconds."""
+    late = f"tool {call.name!r} timed out after {limit}s"
+    return Message.tool_result(call.id, late, is_error=True)
 
 
 def missing_tools(

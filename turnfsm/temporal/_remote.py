@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         child_ids,
         effect_key,
+        late_result,
         timed_out,
     )
     from turnfsm.errors import (
@@ -755,8 +756,7 @@ class _Remote:
             delegation.driver, child.link, child.task, limit=self.driver.tool_timeout
         )
         if isinstance(ended, _Late):
-            late = f"tool {call.name!r} timed out after {ended.limit}s"
-            return Message.tool_result(call.id, late, is_error=True)
+            return late_result(call, ended.limit)
         if isinstance(ended, _Unanswered):
             return Delegation.failed(call, ended.session_id, ended.outcome, ended.cause)
         if isinstance(ended, _Earlier):
