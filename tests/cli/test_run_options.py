@@ -983,7 +983,7 @@ def _local_starts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         (["--max-tokens", "4000"], "invalid --max-tokens=4000"),
         (
             ["--window", "400", "--max-tokens", "10", "--system", "word " * 300],
-            "invalid --window=400: expected a window over 578 tokens, what rides",
+            "invalid --window=400: expected a window of at least 610 tokens, whose",
         ),
     ],
     ids=[

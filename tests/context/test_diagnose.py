@@ -309,7 +309,7 @@ def test_the_hint_never_recommends_the_strategy_that_stalled(
 
     assert f"and {strategy} (the strategy in use) could not" in hint
     assert hint.count("Compactor") == 1  # it names no other strategy to use
-    assert "a context window over 9000 tokens" in hint
+    assert "a context window of at least 9475 tokens" in hint
     assert "a smaller reply budget (max_output_tokens)" in hint
     assert "fewer pinned messages" in hint
 
@@ -328,14 +328,14 @@ def test_the_strategy_in_use_is_told_only_of_settings_it_has() -> None:
     assert "compact_newest_exchange" not in str(masking)
     assert str(masking).endswith(
         "tool results fill it, and MaskingCompactor (the strategy in use) could "
-        "not cut them further: give the run a context window over 9000 tokens, "
+        "not cut them further: give the run a context window of at least 9475 tokens, "
         "a smaller reply budget (max_output_tokens), or fewer pinned messages"
     )
     assert str(layered).endswith(
         "tool results fill it, and LayeredCompactor (the strategy in use) could "
         "not cut them further: lower its max_tool_result_chars, let it cut the "
         "newest exchange (compact_newest_exchange=True) unless it does already, "
-        "or give the run a context window over 9000 tokens, a smaller reply "
+        "or give the run a context window of at least 9475 tokens, a smaller reply "
         "budget (max_output_tokens), or fewer pinned messages"
     )
 
@@ -355,7 +355,7 @@ def test_a_summarising_strategy_is_told_what_it_keeps_whole() -> None:
         "not summarise them small enough: lower its keep_recent_turns (the newest "
         "exchanges it keeps whole), let it summarise inside the newest exchange "
         "(compact_newest_exchange=True) unless it does already, or give the run "
-        "a context window over 9000 tokens, a smaller reply budget "
+        "a context window of at least 9475 tokens, a smaller reply budget "
         "(max_output_tokens), or fewer pinned messages"
     )
     assert "keep_recent_turns" not in str(layered)  # it has no such setting
@@ -662,7 +662,7 @@ def test_when_pinned_messages_fill_it_the_hint_is_to_pin_less(strategy: str) -> 
     assert hint == (
         "pinned messages fill it, and no pass drops or shortens a pinned "
         "message: shorten them, switch off a pin rule (PinRules), or give the "
-        "run a context window over 9000 tokens"
+        "run a context window of at least 9475 tokens"
     )
 
 

@@ -66,6 +66,7 @@ ALLOWED_TURNFSM = (
     "turnfsm._checks",
     "turnfsm._identity",
     "turnfsm._json",
+    "turnfsm._lines",
     "turnfsm._waits",
     "turnfsm.core",
     "turnfsm.messages",
@@ -74,8 +75,8 @@ ALLOWED_TURNFSM = (
     "turnfsm.values",
 )
 """The only turnfsm modules the core may load: itself, the pure value modules,
-the shared validators, the shared JSON encoders (`json` and `re` alone) and
-the identity map (`weakref` alone)."""
+the shared validators, the shared JSON encoders (`json` and `re` alone), the
+emergency line's arithmetic (nothing) and the identity map (`weakref` alone)."""
 
 
 def is_within(module: str, roots: tuple[str, ...]) -> bool:

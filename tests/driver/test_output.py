@@ -649,7 +649,7 @@ def test_an_agent_whose_output_schema_cannot_fit_is_refused_when_made() -> None:
         )
 
     assert caught.value.field == "output_type"
-    assert "what fits the 2,000-token context window" in str(caught.value)
+    assert "emergency line of the 2,000-token context window" in str(caught.value)
 
 
 async def test_a_request_with_an_output_schema_stays_within_the_window() -> None:

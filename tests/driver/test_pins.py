@@ -138,7 +138,7 @@ async def test_a_run_whose_pins_cannot_fit_fails_at_start_with_the_figures() -> 
     assert (error.pinned, error.reserved, error.limit) == (pinned, reserved, 1_000)
     assert error.used == pinned + reserved
     assert f"{pinned} pinned tokens plus {reserved} reserved" in str(error)
-    assert "1000-token window" in str(error)
+    assert "950-token emergency line of the 1000-token window" in str(error)
     assert session.version == 0  # nothing was written
 
 
@@ -297,7 +297,7 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
     assert caught.value.reserved > caught.value.pinned
     assert "pin less" not in str(caught.value)
     assert str(caught.value).endswith(
-        "window; most of it is reserved (the system prompt, the tool schemas, the "
+        "never sent); most of it is reserved (the system prompt, the tool schemas, the "
         "output type's schema and the reply budget): shorten the system prompt or "
         "the tools' descriptions, give fewer tools or a smaller output type, lower "
         "max_output_tokens, or use a bigger window"
@@ -308,6 +308,55 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
         Driver(model=ScriptedModel.of("never"), context=manager, tools=[bigger])
     assert (refused.value.field, refused.value.window) == ("tools", 1_000)
     assert refused.value.reserved > 1_000
+
+
+def test_a_reserve_between_the_emergency_line_and_the_window_is_refused() -> None:
+    # 965 tokens ride every request on a 1,000-token window: under the
+    # window, but a request on or over its emergency line (950) is never
+    # sent, so every run failed, blaming a five-token pin.
+    manager = ContextManager(context_window=1_000, counter=HEURISTIC)
+    prompt = "abcd " * 400
+    assert HEURISTIC.count_text(prompt) == 505
+
+    with pytest.raises(ReserveTooLarge) as refused:
+        Driver(
+            model=ScriptedModel.of("never"),
+            context=manager,
+            system_prompt=prompt,
+            max_output_tokens=460,
+        )
+
+    assert (refused.value.field, refused.value.reserved) == ("system_prompt", 965)
+    assert "950-token emergency line of the 1,000-token context window" in str(
+        refused.value
+    )
+    # One token under the line is what can still be sent beside a message.
+    Driver(
+        model=ScriptedModel.of("never"),
+        context=manager,
+        system_prompt=prompt,
+        max_output_tokens=444,
+    )
+
+
+async def test_pins_that_reach_the_emergency_line_are_refused_at_start() -> None:
+    session = Session()
+    manager = ContextManager(context_window=1_000, counter=HEURISTIC)
+    driver = Driver(
+        model=ScriptedModel.of("never"), context=manager, max_output_tokens=100
+    )
+    request = Message.user("q" * 3_400, id="big")  # with the reply: 955 tokens
+    pinned = HEURISTIC.count([request])
+    assert 950 <= pinned + 100 <= 1_000
+
+    with pytest.raises(PinnedTooLarge) as caught:
+        await driver.run(request, session=session)
+
+    assert (caught.value.used, caught.value.line) == (pinned + 100, 950)
+    assert "on or over the 950-token emergency line of the 1000-token window" in (
+        str(caught.value)
+    )
+    assert session.version == 0  # nothing was written
 
 
 class Billions:
@@ -388,14 +437,14 @@ async def test_a_compact_effect_of_the_users_that_drops_a_pin_fails_the_run() ->
 async def test_a_run_filled_by_its_pins_says_so_not_to_summarise() -> None:
     # The first and the latest request are pinned: no strategy shrinks them,
     # so the error does not send the user to a summarising one.
-    task = "Translate this contract. " + "Clause text. " * 195
+    task = "Translate this contract. " + "Clause text. " * 189
     manager = ContextManager(TruncatingCompactor(), context_window=2_000)
     driver = Driver(model=ScriptedModel.of(*["Done."] * 6), context=manager)
     session = Session()
     await driver.run(task, session=session)
     for i in range(3):
         await driver.run(f"And clause {i}?", session=session)
-    result = await driver.run("Now the annex. " + "Annex text. " * 195, session=session)
+    result = await driver.run("Now the annex. " + "Annex text. " * 189, session=session)
 
     assert isinstance(result.error, ContextExceeded)
     assert [item.pinned for item in result.error.largest[:2]] == [True, True]

@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from turnfsm._lines import window_to_send
 from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
@@ -841,5 +842,6 @@ async def test_a_reply_that_does_not_fit_beside_a_pinned_question_is_blamed() ->
     assert advice == (
         "the reply did not fit beside the conversation: set a reply budget "
         "(max_output_tokens), so that room for the reply is kept before the "
-        f"model is called, or give the run a context window over {size} tokens"
+        "model is called, or give the run a context window of at least "
+        f"{window_to_send(size)} tokens"
     )

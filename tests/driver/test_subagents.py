@@ -1151,7 +1151,7 @@ async def test_a_task_over_the_sub_agents_window_fails_its_call_not_the_caller()
         "tool 'reader' failed: SubagentFailed: the sub-agent 'reader' did not "
         "run: PinnedTooLarge: pinned messages do not fit"
     )
-    assert "over the 2000-token window" in result.text
+    assert "emergency line of the 2000-token window" in result.text
     assert await child_sessions(store, result.session_id) == []  # none started
 
     def routed(on_failure: str | None) -> Driver:

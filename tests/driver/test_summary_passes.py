@@ -497,6 +497,43 @@ async def test_a_summary_model_that_is_down_fails_no_run_on_the_message_line() -
     assert len(agent_model.requests) == 6
 
 
+class Bloating:
+    """A user's compactor: fewer messages, and a summary far bigger than them."""
+
+    async def compact(self, messages, target, ctx):  # type: ignore[no-untyped-def]
+        summary = Message.system(
+            "[summary] " + "padding " * 2_270,
+            metadata={SUMMARY_COVERS: messages[-3].id},
+        )
+        kept = [*messages[:2], summary, *messages[-2:]]
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 1)
+
+
+async def test_a_message_count_pass_that_reaches_the_emergency_line_is_not_kept() -> (
+    None
+):
+    # The pass made a 51-token conversation 2,874 tokens, over the emergency
+    # line (2,850): it was committed, and every later run failed on it.
+    manager = ContextManager(Bloating(), context_window=3_000, max_messages=6)
+    model = FakeModelClient(lambda r: "ok")
+    driver = Driver(model=model, context=manager)
+    session = Session()
+
+    results = [await driver.run(f"question {i}", session=session) for i in range(5)]
+
+    assert [(r.outcome, r.error) for r in results] == [("done", None)] * 5
+    records = [c for r in session.runs for c in r.compactions]
+    assert [(c.reason.value, c.verdict.value) for c in records] == [
+        ("message_count", "overflow")
+    ] * 2
+    assert records[0].tokens_after >= manager.emergency_line
+    assert [m.text for m in session.history] == [
+        text for i in range(5) for text in (f"question {i}", "ok")
+    ]
+    # The model was asked with the request as it was.
+    assert [len(request.messages) for request in model.requests] == [1, 3, 5, 7, 9]
+
+
 async def test_long_tool_turns_over_the_message_line_finish() -> None:
     """Two tool-using turns of 28 messages and a question: over the line of 50."""
     messages = [*tool_turn(0), *tool_turn(1), Message.user("what now?")]

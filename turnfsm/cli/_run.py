@@ -29,6 +29,7 @@ import anyio
 import attrs
 
 from turnfsm import _checks
+from turnfsm._lines import window_to_send
 from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
@@ -342,7 +343,8 @@ def _driver(
             raise ConfigError(
                 "--window",
                 exc.window,
-                f"a window over {exc.reserved:,} tokens, what rides every request"
+                f"a window of at least {window_to_send(exc.reserved):,} tokens, whose"
+                " emergency line (95 %) is over what rides every request"
                 " (the system prompt --system, the tools' schemas, the reply"
                 " budget --max-tokens): or shorten --system, or lower --max-tokens",
             ) from None
@@ -897,11 +899,16 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
         budget = options.max_tokens or DEFAULT_MAX_TOKENS
         flag = _window_flag(options, exc.limit)
         fix = f"raise {flag} or lower --max-tokens" if flag else "lower --max-tokens"
+        where = (
+            f"on or over the {exc.line}-token emergency line of the "
+            f"{exc.limit}-token window"
+            if exc.line
+            else f"over the {exc.limit}-token window"
+        )
         return (
             f"pinned messages do not fit: {exc.pinned} pinned tokens plus "
             f"{exc.reserved} reserved (the reply budget, --max-tokens {budget}, and "
-            f"the system prompt and tool schemas) is {exc.used}, over the "
-            f"{exc.limit}-token window: {fix}"
+            f"the system prompt and tool schemas) is {exc.used}, {where}: {fix}"
         )
     if (
         isinstance(exc, WindowTooLarge)

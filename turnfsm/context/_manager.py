@@ -25,8 +25,9 @@ hooks report one count. The verdict, in order:
    summary) before the first user message or after the latest one, which
    the rule would pin next in its place; its error a
    `turnfsm.errors.PinnedMessageLost` naming the message;
-3. the result plus the reserved budget is still over the window
-   → `CompactionOverflowed`;
+3. the result plus the reserved budget is still over the window, or, on
+   a pass for the message-count line (run on a request under the token
+   lines), on or over the emergency line → `CompactionOverflowed`;
 4. same message count and no size reduction → `CompactionNoop`;
 5. with `cache_payback_calls`, a pass for a soft line that would not pay
    back within that many calls → `CompactionNoop` carrying its declined
@@ -532,7 +533,8 @@ class ContextManager(OldEntryPoints):
             with the manager's counts), `CompactionNoop` (nothing changed, or
             nothing was asked: under both lines with no reason given),
             `CompactionOverflowed` (the result plus `reserved` is over the
-            window), `CompactorFailed` (the compactor failed or broke the
+            window, or, on a pass for the message-count line, on or over its
+            emergency line), `CompactorFailed` (the compactor failed or broke the
             conversation) or `CompactionCircuitOpened`. Every size includes
             `request.reserved`.
 
@@ -644,7 +646,16 @@ class ContextManager(OldEntryPoints):
         new = proposal.messages
         # The compactor's numbers are only hints; the reserved budget rides too.
         after = self.count(new) + reserved
-        if self.window > 0 and after > self.window:
+        if self.window > 0 and (
+            after > self.window
+            # A pass for the message-count line ran on a request under the
+            # token lines: a result that reaches the emergency line would be
+            # committed, and compacted again, where the request fitted.
+            or (
+                reason is CompactReason.MESSAGE_COUNT
+                and after >= emergency_line(self.window)
+            )
+        ):
             return CompactionOverflowed(used=after, limit=self.window, before=before)
         if len(new) == len(messages) and (
             after >= before

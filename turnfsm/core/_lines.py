@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from turnfsm._lines import EMERGENCY_PERCENT, emergency_line
+
 __all__ = [
     "EMERGENCY_PERCENT",
     "CompactReason",
@@ -13,9 +15,6 @@ __all__ = [
     "line_reason",
     "threshold_line",
 ]
-
-EMERGENCY_PERCENT = 95
-"""The emergency line, in percent of the window; always active."""
 
 
 class CompactReason(StrEnum):
@@ -34,11 +33,6 @@ def threshold_line(window: int, threshold: int, tokens: int | None = None) -> in
     `tokens` is an absolute line, in place of the percentage.
     """
     return tokens if tokens is not None else window * threshold // 100
-
-
-def emergency_line(window: int) -> int:
-    """Return ``window * 95 // 100``."""
-    return window * EMERGENCY_PERCENT // 100
 
 
 def is_over_emergency_line(estimate: int, window: int) -> bool:

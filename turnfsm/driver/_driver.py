@@ -417,8 +417,8 @@ class Driver:
         ConfigError: a setting is out of range (the field is named), or
             `max_output_tokens` is on or over the emergency line, or what
             rides every request (the system prompt, the tool schemas, the
-            output type's schema and the reply budget) is alone over the
-            window (`ReserveTooLarge`, naming the largest part).
+            output type's schema and the reply budget) alone reaches the
+            emergency line (`ReserveTooLarge`, naming the largest part).
         WindowTooLarge: the context manager's window (or `context_window`)
             is larger than the model's known window.
     """
@@ -575,8 +575,9 @@ class Driver:
         """Refuse a window that what rides every request cannot fit beside.
 
         The system prompt, the tool schemas, the output type's schema and
-        the reply budget ride every request: when they alone are over the
-        window, no run could send one (each would raise `PinnedTooLarge`).
+        the reply budget ride every request: when they alone reach the
+        window's emergency line (where a request is compacted, never sent),
+        no run could send one (each would raise `PinnedTooLarge`).
         """
         extras = self._extras_for(self._output)
         if not window or not extras:
@@ -587,7 +588,8 @@ class Driver:
             total = meter.measure(extras=extras)
         except ConfigError:
             return  # a counter that gives no count: the first run names it
-        if total + reply <= window:
+        line = emergency_line(window)
+        if total + reply < line:
             return
         blame = counter_at_fault((), self.counter, extras=extras, tokens=total)
         if blame:  # no text is at fault: the counter's count is
@@ -613,8 +615,10 @@ class Driver:
         raise ReserveTooLarge(
             field,
             f"<{tokens:,} tokens>",
-            f"what fits the {window:,}-token context window beside the rest that"
-            f" rides every request (system prompt {prompt:,} tokens, tool schemas"
+            f"what fits under the {line:,}-token emergency line of the"
+            f" {window:,}-token context window (a request on or over it is"
+            " compacted, never sent) beside the rest that rides every request"
+            f" (system prompt {prompt:,} tokens, tool schemas"
             f" {tools:,}, output schema {output:,}, reply budget {reply:,}):"
             " shorten the system prompt or the tools' descriptions, give fewer"
             " tools or a smaller output type, lower max_output_tokens, or use a"
@@ -740,8 +744,8 @@ class Driver:
             SessionConflict: another writer appended to the session's log.
             PinnedTooLarge: the pinned messages (`ContextManager.pins`,
                 `Message.pin`) plus the system prompt, the tool schemas and
-                the reply budget are over the window: no pass could make the
-                run fit (nothing was written).
+                the reply budget reach the window's emergency line: no pass
+                could make a request the run can send (nothing was written).
         """
         messages = as_messages(input)
         output = self._output if output_type is None else self._output_type(output_type)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from turnfsm import _checks
+from turnfsm._lines import emergency_line
 from turnfsm.context import ContextManager, counter_at_fault
 from turnfsm.errors import PinnedTooLarge
 from turnfsm.messages import Message
@@ -24,7 +25,9 @@ def check_pins_fit(
 ) -> None:
     """Refuse a run whose pinned messages plus the reserved budget overflow.
 
-    No pass may drop a pinned message, so such a run could never fit.
+    They overflow on or over the window's emergency line, where a request is
+    compacted, never sent: no pass may drop a pinned message, so such a run
+    could never send one.
 
     When the whole conversation fits with the reserved budget, its pinned
     part does too, and the pins are not looked for: with an incremental
@@ -40,26 +43,29 @@ def check_pins_fit(
         reply: The reply budget (``max_output_tokens``, 0 if none).
 
     Raises:
-        PinnedTooLarge: the pinned messages plus the reserved budget are over
-            the window, with the figures (naming the counter when its count
-            is more than any tokenizer makes of their text).
+        PinnedTooLarge: the pinned messages plus the reserved budget reach
+            the window's emergency line, with the figures (naming the
+            counter when its count is more than any tokenizer makes of
+            their text).
     """
     if manager is None or manager.window == 0:
         return
     texts = meter.measure(extras=extras) if extras else 0
     reserved = texts + reply
+    # A request on or over the emergency line is compacted, never sent.
+    line = emergency_line(manager.window)
     # A sum of per-message units grows with every message: the pinned
     # messages cost at most what all of them cost.
     if (
         _checks.is_instance(manager.counter, IncrementalCounter)
-        and meter.measure(history, messages) + reserved <= manager.window
+        and meter.measure(history, messages) + reserved < line
     ):
         return
     conversation = [*history, *messages]
     pinned = manager.pinned(conversation)
     kept = [m for m in conversation if m.id in pinned]
     tokens = meter.measure(kept) if kept else 0
-    if tokens + reserved > manager.window:
+    if tokens + reserved >= line:
         # A count past what any tokenizer makes of the text names the
         # counter: the pins are not at fault.
         blame = counter_at_fault(
@@ -70,5 +76,6 @@ def check_pins_fit(
             manager.window,
             pinned=tokens,
             reserved=reserved,
+            line=line,
             counter=blame,
         )

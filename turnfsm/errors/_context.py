@@ -8,6 +8,7 @@ from typing import Final, Literal, final
 
 import attrs
 
+from turnfsm._lines import window_to_send
 from turnfsm.errors._base import TurnFSMError
 
 __all__ = [
@@ -107,7 +108,7 @@ def _hint(error: ContextExceeded) -> str:
     window = (
         "the model's real window as its context_window"
         if refused
-        else f"a context window over {_needed(error)} tokens"
+        else f"a context window of at least {window_to_send(_needed(error))} tokens"
     )
     if error.window_check.startswith(REPLY_OVER_WINDOW):
         # The reply, not what the context holds: no pass makes room for a
@@ -203,7 +204,7 @@ class ContextExceeded(TurnFSMError):
         default=(), converter=_items, kw_only=True
     )
     # Left out of the log while empty (the key `turnfsm.core.OMITTED_IF_DEFAULT`
-    # names; this module imports no other turnfsm module): an error keeps the
+    # names; this module imports no other turnfsm package): an error keeps the
     # form records written before the field have.
     strategy: str = attrs.field(
         default="", kw_only=True, metadata={"turnfsm.omitted_if_default": True}
@@ -293,10 +294,10 @@ _CHECKED: Final = re.compile(r"(\d+) tokens")
 
 
 def _needed(error: ContextExceeded) -> int:
-    """The size the window must exceed: the window check's, when it is larger.
+    """The size to send: the window check's, when it is larger.
 
     A stalled pass's `used` is what it left; the request or reply the check
-    refused was bigger.
+    refused was bigger. The window it needs has its emergency line over it.
     """
     found = _CHECKED.search(error.window_check)
     return max(error.used, int(found[1])) if found else error.used
@@ -408,17 +409,23 @@ class CompactionLimitExceeded(TurnFSMError):
 class PinnedTooLarge(ContextExceeded):
     """Raised when a run's pinned messages alone cannot fit the window.
 
-    `used` is `pinned` plus `reserved`, `limit` the window: no pass may drop
-    a pinned message, so no pass could make the request fit.
+    `used` is `pinned` plus `reserved`, `limit` the window: a request is sent
+    only under the window's emergency line (`line`), and no pass may drop a
+    pinned message, so no pass could make the request fit.
 
     Attributes:
         pinned: The pinned messages' tokens.
         reserved: What rides every request besides its messages (system
             prompt, tool schemas, output schema, reply budget), in tokens.
+        line: The emergency line of the window, which `used` reaches
+            (0: not given; `used` is then over the window).
     """
 
     pinned: int = attrs.field(default=0, kw_only=True)
     reserved: int = attrs.field(default=0, kw_only=True)
+    line: int = attrs.field(
+        default=0, kw_only=True, metadata={"turnfsm.omitted_if_default": True}
+    )
 
     def __str__(self) -> str:
         if self.reserved > self.pinned:  # no pin rule could make it fit
@@ -434,10 +441,16 @@ class PinnedTooLarge(ContextExceeded):
                 "pin less (switch off a pin rule in PinRules), shorten the "
                 "pinned messages, or use a bigger window"
             )
+        where = (
+            f"on or over the {self.line}-token emergency line of the "
+            f"{self.limit}-token window (a request there is compacted, never sent)"
+            if self.line
+            else f"over the {self.limit}-token window"
+        )
         return (
             f"pinned messages do not fit: {self.pinned} pinned tokens plus "
-            f"{self.reserved} reserved is {self.used}, over the {self.limit}-token "
-            f"window; {_counter_text(self) or advice}"
+            f"{self.reserved} reserved is {self.used}, {where}; "
+            f"{_counter_text(self) or advice}"
         ) + _largest_text(self)
 
 

@@ -135,12 +135,13 @@ class WindowTooLarge(ConfigError):
 @final
 @attrs.frozen(auto_exc=True)
 class ReserveTooLarge(ConfigError):
-    """Raised when what rides every request is alone over the window.
+    """Raised when what rides every request alone fills the window.
 
     The system prompt, the tool schemas, the output type's schema and the
-    reply budget are sent with every request: an agent whose window they
-    alone fill could send none, so it is refused when it is built. `field`
-    names the largest of them.
+    reply budget are sent with every request, which is sent only under the
+    window's emergency line (95 % of it): an agent whose window they alone
+    fill to that line could send none, so it is refused when it is built.
+    `field` names the largest of them.
 
     Attributes:
         reserved: their tokens, the reply budget included.
