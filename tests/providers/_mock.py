@@ -59,6 +59,18 @@ def raw_json_reply(body: bytes) -> httpx2.Response:
     )
 
 
+def json_cut_short(error: Exception) -> httpx2.Response:
+    """A JSON body (not an event stream) whose reading fails with `error`."""
+
+    async def body() -> Any:
+        yield b'{"id": "r", "choices": ['
+        raise error
+
+    return httpx2.Response(
+        200, content=body(), headers={"content-type": "application/json"}
+    )
+
+
 def timeout(request: httpx2.Request) -> httpx2.Response:
     raise httpx2.ReadTimeout("the read timed out", request=request)
 

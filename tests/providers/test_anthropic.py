@@ -15,6 +15,7 @@ from tests.providers._mock import (
     anthropic_error,
     anthropic_reply,
     anthropic_sse,
+    json_cut_short,
     json_reply,
     raw_json_reply,
     refused,
@@ -1052,6 +1053,30 @@ async def test_a_streamed_event_that_is_not_json_fails_naming_the_event() -> Non
     assert (info.value.kind, info.value.retryable) == ("bad_response", False)
     assert "a streamed event is not JSON" in str(info.value)
     assert '\'{"type": "message_start", bad\'' in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "said"),
+    [
+        (
+            httpx2.RemoteProtocolError("peer closed connection mid-body"),
+            "connection",
+            "broke off: peer closed connection mid-body",
+        ),
+        (httpx2.ReadTimeout("the read timed out"), "timeout", "timed out"),
+    ],
+)
+async def test_one_json_body_cut_short_in_place_of_a_stream_is_a_provider_error(
+    error: Exception, kind: str, said: str
+) -> None:
+    """A server that ignores `stream` and then breaks off (or stalls) mid-body
+    fails as such a body read unstreamed does: not with the HTTP library's
+    own error, which no retry policy knows."""
+    server = Server(json_cut_short(error))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert (info.value.kind, info.value.retryable) == (kind, True)
+    assert said in str(info.value)
 
 
 async def test_a_connection_dropped_mid_stream_says_the_stream_broke_off() -> None:

@@ -21,6 +21,7 @@ from tests.helpers import http_server
 from tests.providers._mock import (
     UNPARSABLE_BODIES,
     Server,
+    json_cut_short,
     json_reply,
     openai_call,
     openai_chunk,
@@ -1080,6 +1081,31 @@ async def test_a_connection_dropped_mid_stream_says_the_stream_broke_off() -> No
         f"the stream from the server at {where} broke off: "
         "peer closed connection mid-body"
     )
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "said"),
+    [
+        (
+            httpx2.RemoteProtocolError("peer closed connection mid-body"),
+            "connection",
+            "broke off: peer closed connection mid-body",
+        ),
+        (httpx2.ReadTimeout("the read timed out"), "timeout", "timed out"),
+    ],
+)
+@asyncio_only
+async def test_one_json_body_cut_short_in_place_of_a_stream_is_a_provider_error(
+    error: Exception, kind: str, said: str
+) -> None:
+    """A server that ignores `stream` and then breaks off (or stalls) mid-body
+    fails as such a body read unstreamed does: not with the HTTP library's
+    own error, which no retry policy knows."""
+    server = Server(json_cut_short(error))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert (info.value.kind, info.value.retryable) == (kind, True)
+    assert said in str(info.value)
 
 
 JSON_VALUES = st.recursive(

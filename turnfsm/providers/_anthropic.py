@@ -65,6 +65,7 @@ from turnfsm.providers._sdk import (
     each_event,
     is_event_stream,
     sent,
+    whole_body,
     without_bom,
 )
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
@@ -239,7 +240,8 @@ class AnthropicModel(SDKModel):
                     # A proxy or a compatible server answered with one JSON
                     # body: an error, or the whole reply unstreamed.
                     with _translated(setting):
-                        body = json.loads(await events.response.aread())
+                        raw = await whole_body(events.response, *_DROPPED)
+                        body = json.loads(raw)
                     response = _whole_reply(_error_body(body), request.output)
                     if text := response.message.text:
                         yield TextDelta(text=text)

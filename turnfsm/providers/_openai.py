@@ -67,6 +67,7 @@ from turnfsm.providers._sdk import (
     each_event,
     is_event_stream,
     sent,
+    whole_body,
     without_bom,
 )
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
@@ -252,7 +253,8 @@ class OpenAIModel(SDKModel):
                     # reply (or a proxy with its error) in one body: asked
                     # again unstreamed, it was asked, and billed, twice.
                     with _translated(self._timeout_setting()):
-                        body = json.loads(await chunks.response.aread())
+                        raw = await whole_body(chunks.response, *_DROPPED)
+                        body = json.loads(raw)
                     response = _whole_reply(body)
                     if text := response.message.text:
                         yield TextDelta(text=text)

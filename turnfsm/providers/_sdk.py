@@ -37,6 +37,7 @@ __all__ = [
     "is_event_stream",
     "sent",
     "until_done",
+    "whole_body",
     "without_bom",
 ]
 
@@ -231,6 +232,33 @@ def without_bom(response: Any) -> None:
             yield head  # a body shorter than a mark
 
     response.aiter_bytes = aiter_bytes
+
+
+async def whole_body(
+    response: Any,
+    timed_out: Callable[..., BaseException],
+    connection: Callable[..., BaseException],
+) -> bytes:
+    """Read the whole body of `response`, an SDK stream's HTTP response.
+
+    A body read here, not by the SDK (one JSON body where a stream was
+    asked for), fails as the SDK's own reads do: the HTTP library's timeout
+    as the SDK's timeout error (`timed_out`), its other transport errors (a
+    connection that broke off mid-body) as its `connection` error, each
+    caused by the HTTP library's, so that they are read as those of an
+    unstreamed reply.
+    """
+    try:
+        body: bytes = await response.aread()
+    except Exception as exc:
+        kinds = {kind.__name__ for kind in type(exc).__mro__}
+        if "TransportError" not in kinds:
+            raise
+        request = response.request
+        if "TimeoutException" in kinds:
+            raise timed_out(request=request) from exc
+        raise connection(request=request) from exc
+    return body
 
 
 def each_event(stream: Any, look: Callable[[Any], Any]) -> None:
