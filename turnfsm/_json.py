@@ -13,7 +13,13 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
-__all__ = ["compact_encoder", "escape_surrogates", "plain", "well_formed"]
+__all__ = [
+    "compact_encoder",
+    "escape_surrogates",
+    "plain",
+    "strict_loads",
+    "well_formed",
+]
 
 _SAMPLE = {"b": [1, 2.5, None, True, -0.0], "a": {"é": "\u0000\n"}, "c": float("nan")}
 
@@ -122,3 +128,20 @@ def well_formed(value: object) -> object:
     if isinstance(value, list | tuple):
         return [well_formed(v) for v in value]
     return value
+
+
+def strict_loads(text: str) -> object:
+    """Read `text` as JSON, which has no ``NaN`` nor ``Infinity``.
+
+    `json.loads` reads them (as Python's floats); no JSON parser of another
+    language does, and a model that writes them wrote no JSON.
+
+    Raises:
+        ValueError: `text` is not JSON (``NaN`` and ``Infinity`` included).
+        RecursionError: it is nested too deep to read.
+    """
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")

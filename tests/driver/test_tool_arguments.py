@@ -426,6 +426,23 @@ async def test_arguments_that_are_json_but_no_object_are_named_as_such(
     assert recorder.calls == []
 
 
+@pytest.mark.parametrize("raw", ['{"a": NaN, "b": 1}', "NaN", "-Infinity"])
+@pytest.mark.anyio
+async def test_arguments_with_nan_or_infinity_are_named_no_json(raw: str) -> None:
+    """The clients read them as no JSON; Python's reader took them for JSON,
+    so the model was told its object was nested too deeply, or that its
+    valid JSON was a number."""
+    tool, recorder = recording(order)
+    content, is_error = await run(tool, _raw=raw)
+    assert is_error
+    shown = raw.replace('"', '\\"')
+    assert problems(content) == [
+        "(the arguments): expected a JSON object of the arguments (the text "
+        f'sent is not valid JSON; it may have been cut off), got "{shown}" (string)'
+    ]
+    assert recorder.calls == []
+
+
 @pytest.mark.anyio
 async def test_arguments_not_json_do_not_run_a_tool_whose_schema_is_open() -> None:
     """A schema that allows unknown names (one given by hand, or a pydantic

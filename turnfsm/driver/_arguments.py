@@ -32,6 +32,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from turnfsm._json import strict_loads
 from turnfsm.errors import ConfigError
 
 __all__ = [
@@ -365,7 +366,7 @@ def _not_an_object(raw: str) -> str:
     text: told that it was, a model sends it again as it was.
     """
     try:
-        value = json.loads(raw)
+        value = strict_loads(raw)  # NaN and Infinity are no JSON
     except (ValueError, RecursionError):
         return _NOT_JSON
     if isinstance(value, dict):  # an object nested deeper than a call holds

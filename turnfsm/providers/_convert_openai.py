@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, cast
 
 from turnfsm._checks import json_fault
+from turnfsm._json import strict_loads
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import (
     ImagePart,
@@ -105,7 +106,7 @@ def arguments_from_json(text: str) -> dict[str, JSONValue]:
     if not text.strip():
         return {}
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = strict_loads(text)
     except (ValueError, RecursionError):
         return {"_raw": text}
     if value is None:
@@ -129,10 +130,6 @@ def arguments_of(value: object) -> dict[str, JSONValue]:
     except (TypeError, ValueError, RecursionError):
         text = reprlib.repr(value)
     return {"_raw": text}
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
 
 
 def to_openai_tools(tools: Iterable[ToolSchema]) -> list[dict[str, object]]:
