@@ -881,6 +881,7 @@ async def test_a_refusal_is_a_content_filter_error_quoting_it() -> None:
         await model_for(server).complete(ask())
     assert (raised.value.kind, raised.value.retryable) == (CONTENT_FILTER, False)
     assert "I can't help with that." in str(raised.value)
+    assert raised.value.usage == Usage(input_tokens=12, output_tokens=3)  # billed
 
 
 @asyncio_only
@@ -894,6 +895,7 @@ async def test_a_streamed_refusal_is_a_content_filter_error_quoting_it() -> None
     assert events == []  # a refusal's words are no text of a reply
     assert (raised.value.kind, raised.value.retryable) == (CONTENT_FILTER, False)
     assert "I can't help." in str(raised.value)
+    assert raised.value.usage == Usage(input_tokens=9, output_tokens=2)
     assert len(server.requests) == 1
 
 

@@ -401,6 +401,8 @@ async def test_a_reply_cut_at_the_models_window_is_a_context_overflow(
     assert raised.value.is_context_overflow
     assert "model_context_window_exceeded" in str(raised.value)
     assert "after 4 output tokens on 9 input tokens" in str(raised.value)
+    # Billed all the same: the run counts it.
+    assert raised.value.usage == Usage(input_tokens=9, output_tokens=4)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -419,6 +421,7 @@ async def test_a_refused_reply_is_no_answer_and_not_retried(
     assert (raised.value.kind, raised.value.retryable) == ("content_filter", False)
     assert "Stopped by policy." in str(raised.value)
     assert "'The answer is'" in str(raised.value)
+    assert raised.value.usage == Usage(input_tokens=9, output_tokens=4)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -432,6 +435,7 @@ async def test_a_paused_turn_is_not_taken_for_a_whole_reply(
         await _answer(model, stream)
     assert (raised.value.kind, raised.value.retryable) == ("bad_response", False)
     assert "pause_turn" in str(raised.value)
+    assert raised.value.usage == Usage(input_tokens=9, output_tokens=4)
 
 
 # -- more faults, on both clients ---------------------------------------------------
@@ -620,6 +624,9 @@ async def test_a_run_given_a_refusal_fails_once_and_keeps_no_reply(
     assert isinstance(result.error, ProviderError)
     assert result.error.kind == "content_filter"
     assert handler.posts == 1
+    # The refused reply was billed: the run counts it (it counted nothing).
+    assert result.usage == Usage(input_tokens=9, output_tokens=4)
+    assert result.reported_calls == 1
     session = await Session.load(agent.store, agent.session.id)
     assert [run.outcome for run in session.runs] == ["failed"]
     assert not any(m.role.value == "assistant" for m in session.history)
@@ -638,6 +645,10 @@ async def test_a_run_given_a_reply_cut_at_the_window_never_takes_it(
     # The advice named only the model's real window: the reply budget, which
     # did not fit beside the conversation, went unnamed.
     assert "lower the reply budget (max_output_tokens)" in str(result.error)
+    # The cut reply was billed: the run counts it (it counted nothing).
+    assert result.usage == Usage(
+        input_tokens=9 * handler.posts, output_tokens=4 * handler.posts
+    )
 
 
 # -- a byte-order mark, an error after the stop ----------------------------------------

@@ -36,6 +36,7 @@ from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, tool_call
 from turnfsm.tracing import attributes as A
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -305,6 +306,29 @@ async def test_a_permanent_provider_error_fails_the_call_and_the_run() -> None:
             ]),
         ]),
     ]  # fmt: skip
+
+
+async def test_a_refused_reply_s_chat_span_carries_its_usage() -> None:
+    # The client refused the reply (a refusal), which the provider billed:
+    # its usage is the call's, on its span and in the token metric.
+    traced = Traced.create()
+    refused = ProviderError(
+        "the API refused to answer",
+        kind="content_filter",
+        usage=Usage(input_tokens=40, output_tokens=7),
+    )
+    result = await traced_driver(traced, ScriptedModel.of(refused)).run("hello")
+    assert result.usage == Usage(input_tokens=40, output_tokens=7)
+    [(_, _, _, [_, _, (_, _, _, [_, _, chat_span])])] = traced.tree(masks(result))
+    name, _, attributes, _ = chat_span
+    assert name == "chat gpt-test"
+    assert attributes[A.ERROR_TYPE] == "content_filter"
+    assert (attributes[A.USAGE_INPUT_TOKENS], attributes[A.USAGE_OUTPUT_TOKENS]) == (
+        40,
+        7,
+    )
+    totals = traced.metric(A.METRIC_TOKEN_USAGE)
+    assert sorted(totals.values()) == [7, 40]
 
 
 async def test_a_model_without_a_name_makes_a_plain_chat_span() -> None:

@@ -711,9 +711,11 @@ def _model_failed(
         status=exc.status,
         retry_after=exc.retry_after,
     )
+    # A reply the client could not use (cut at the window, a refusal) was
+    # billed all the same: its usage counts, as a reply the driver refuses.
     if exc.is_context_overflow:
-        return ContextOverflowed(error=info)
-    return ModelFailed(error=_counted(info, tries))
+        return ContextOverflowed(error=info, usage=exc.usage)
+    return ModelFailed(error=_counted(info, tries), usage=exc.usage)
 
 
 def with_usage(event: PassEvent, usage: Usage | None) -> PassEvent:

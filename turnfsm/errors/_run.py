@@ -5,12 +5,26 @@ from __future__ import annotations
 import datetime
 import warnings
 from collections.abc import Iterable
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
 from turnfsm._waits import WAIT_ASKED, waited_for
 from turnfsm.errors._base import TurnFSMError
+
+if TYPE_CHECKING:
+    from turnfsm.values import Usage
+
+
+def bind_value_types(**types: type) -> None:
+    """Bind the value types this module's annotations name (`ProviderError.usage`).
+
+    The values import the errors, so the errors cannot import them: the
+    values module binds them here once it has made them, and the annotations
+    resolve (``typing.get_type_hints``, the log's converter).
+    """
+    globals().update(types)
+
 
 __all__ = [
     "CONTEXT_OVERFLOW",
@@ -101,6 +115,10 @@ class ProviderError(TurnFSMError):
             (None: not counted, as when the error was raised by a client).
         elapsed: Seconds from the first attempt to the last one's failure
             (None: not counted).
+        usage: What the provider reported for a reply it made, and billed,
+            that the client could not use (one cut off at the model's
+            window, a refusal, a paused turn): the run counts it. None
+            for an error that came with no reply.
     """
 
     message: str
@@ -113,6 +131,10 @@ class ProviderError(TurnFSMError):
     status: int | None = None
     attempts: int | None = attrs.field(default=None, kw_only=True)
     elapsed: float | None = attrs.field(default=None, kw_only=True)
+    # Left out of the stored form while None (`turnfsm.core.OMITTED_IF_DEFAULT`).
+    usage: Usage | None = attrs.field(
+        default=None, kw_only=True, metadata={"turnfsm.omitted_if_default": True}
+    )
 
     def __init__(
         self,
@@ -124,6 +146,7 @@ class ProviderError(TurnFSMError):
         *,
         attempts: int | None = None,
         elapsed: float | None = None,
+        usage: Usage | None = None,
         retriable: bool | None = None,
     ) -> None:
         if retriable is not None:  # the old name, kept one release
@@ -142,6 +165,7 @@ class ProviderError(TurnFSMError):
             status,
             attempts=attempts,
             elapsed=elapsed,
+            usage=usage,
         )
 
     @property

@@ -518,7 +518,8 @@ def _check_stop(
       no server tools and cannot continue one: kind ``bad_response``.
 
     Raises:
-        ProviderError: the stop reason is one of those.
+        ProviderError: the stop reason is one of those, with the reply's
+            usage (`counts`): it was billed.
     """
     if stop_reason == "model_context_window_exceeded":
         used = sum(counts.get(name, 0) for name in _INPUTS)
@@ -529,6 +530,7 @@ def _check_stop(
             f"tokens on {used} input tokens): the conversation leaves too little "
             "room for the reply budget",
             kind=CONTEXT_OVERFLOW,
+            usage=_usage(counts),
         )
     if stop_reason == "refusal":
         said = "".join(
@@ -543,6 +545,7 @@ def _check_stop(
             f"the API refused to go on (stop reason 'refusal'){why}{so_far}; "
             "the reply is not kept: rephrase the request, or use another model",
             kind=CONTENT_FILTER,
+            usage=_usage(counts),
         )
     if stop_reason == "pause_turn":
         raise ProviderError(
@@ -550,6 +553,7 @@ def _check_stop(
             "a long loop of its own server tools; turnfsm sends none and cannot "
             "continue one: check what adds server tools to the request (a proxy)",
             kind=BAD_RESPONSE,
+            usage=_usage(counts),
         )
 
 

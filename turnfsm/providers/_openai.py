@@ -533,7 +533,7 @@ class _Chunks:
             ],
         }
         return ModelResponse(
-            message=_reply(data),
+            message=_reply(data, self.usage),
             usage=self.usage,
             model=self.model,
             finish_reason=self.finish_reason,
@@ -551,14 +551,15 @@ def _whole_object(arguments: str) -> bool:
         return False
 
 
-def _reply(data: Mapping[str, Any]) -> Message:
+def _reply(data: Mapping[str, Any], usage: Usage | None) -> Message:
     """Read a reply's assistant message, mending what some servers leave out.
 
     Raises:
-        ProviderError: the message is a refusal (kind ``content_filter``),
-            or of the wrong shape (kind ``bad_response``).
+        ProviderError: the message is a refusal (kind ``content_filter``,
+            with the reply's `usage`: it was billed), or of the wrong shape
+            (kind ``bad_response``).
     """
-    _check_refusal(data)
+    _check_refusal(data, usage)
     message = dict(data, role="assistant")
     if message.get("content") == "":  # servers send "" beside tool calls
         message["content"] = None
@@ -573,7 +574,7 @@ def _reply(data: Mapping[str, Any]) -> Message:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
 
 
-def _check_refusal(message: Mapping[str, Any]) -> None:
+def _check_refusal(message: Mapping[str, Any], usage: Usage | None) -> None:
     """Raise the error of a reply that is a refusal, if it is one.
 
     OpenAI says that the model refused (a structured answer, a call it
@@ -590,6 +591,7 @@ def _check_refusal(message: Mapping[str, Any]) -> None:
         f"the API refused to answer (the reply's refusal: {said!r}); the reply "
         "is not kept: rephrase the request, or use another model",
         kind=CONTENT_FILTER,
+        usage=usage,
     )
 
 
@@ -613,10 +615,11 @@ def _whole_reply(reply: object) -> ModelResponse:
     choice = reply_object(choices[0], "choices[0]")
     message = reply_object(choice.get("message"), "choices[0].message")
     finish = reply_text(choice.get("finish_reason"), "choices[0].finish_reason")
+    usage = _usage(data.get("usage"))
     return _said(
         ModelResponse(
-            message=_reply(message),
-            usage=_usage(data.get("usage")),
+            message=_reply(message, usage),
+            usage=usage,
             model=reply_text(data.get("model"), "model") or None,
             finish_reason=finish or None,
         )

@@ -83,7 +83,15 @@ def end_chat(
         if said:
             span.set_attributes(said)
     elif info.error is not None:
-        kind = _fail(span, info.error)
+        error = info.error
+        # A reply the client could not use (cut at the window, a refusal)
+        # was billed: its usage, as for a reply.
+        usage = error.usage if isinstance(error, ProviderError) else None
+        if usage is not None:
+            span.set_attributes(usage_attributes(usage))
+            tokens.record(usage.input_tokens, {**labels, A.TOKEN_TYPE: "input"})
+            tokens.record(usage.output_tokens, {**labels, A.TOKEN_TYPE: "output"})
+        kind = _fail(span, error)
         if kind is not None:
             labels[A.ERROR_TYPE] = kind
     return labels
