@@ -188,6 +188,41 @@ async def test_a_run_whose_taker_appended_first_raises_lease_lost(
 
 
 @pytest.mark.anyio
+async def test_a_run_abandoned_by_force_before_its_next_renewal_raises_lease_lost(
+    tmp_path: Path,
+) -> None:
+    # Another process abandoned the run with force while a tool ran: it took
+    # the lease, ended the run and released the lease. The run's next append
+    # was refused as a conflict ("run it again"), though the run was over.
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session(store=store)
+
+        async def work(step: str) -> str:
+            """Do one step.
+
+            Args:
+                step: which.
+            """
+            taker = "elsewhere:1:x"
+            await store.acquire_lease(session.id, taker, ttl=30, force=True)
+            entries = await store.load(session.id)
+            await store.append(session.id, [entries[-1]], expected_version=len(entries))
+            await store.release_lease(session.id, taker)
+            return f"{step} done"
+
+        model = ScriptedModel.of(
+            reply("", tool_call("work", "c1", step="one")), "all done"
+        )
+        driver = Driver(model=model, tools=[work], lease_ttl=30)
+        with anyio.fail_after(10):
+            with pytest.raises(LeaseLost) as lost:
+                await driver.run("do one step", session=session)
+        assert lost.value.holder is None
+        assert "nobody holds it now" in str(lost.value)
+        assert await store.lease_of(session.id) is None
+
+
+@pytest.mark.anyio
 async def test_a_run_that_stalled_past_its_lease_writes_nothing_after_a_take_over(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

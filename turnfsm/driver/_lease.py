@@ -271,8 +271,13 @@ async def _held(
             # opened first: it is busy, not changed by someone else.
             raise SessionBusy(session_id) from conflict
         # Another process appended first: if it took the lease over (this
-        # process stalled past its lease), the run lost the session.
-        lost = await _lost(session, store, owner, store_timeout)
+        # process stalled past its lease), the run lost the session. A log
+        # found empty was removed (it says so itself).
+        lost = (
+            await _lost(session, store, owner, store_timeout)
+            if conflict.actual
+            else None
+        )
         if lost is None:
             raise
         session.hold_lost(lost)
@@ -305,9 +310,12 @@ async def _held(
 async def _lost(
     session: Session, store: LeasingStore, owner: str, store_timeout: float | None
 ) -> LeaseLost | None:
-    """`LeaseLost` if another owner holds `session`'s lease now (None: not so).
+    """`LeaseLost` if `owner` holds `session`'s lease no more (None: it does).
 
-    The store being down is no news here: the caller's error stands.
+    Another process appended to the session: one that holds the lease now
+    took it over, and one that holds it no more (a forced `abandon`, which
+    releases it when done) took it over and ended the run. The store being
+    down is no news here: the caller's error stands.
     """
     with anyio.CancelScope(shield=True):
         try:
@@ -319,9 +327,9 @@ async def _lost(
             )
         except Exception:
             return None
-    if lease is None or lease.owner == owner:
+    if lease is not None and lease.owner == owner:
         return None
-    return LeaseLost(session.id, owner, lease.owner)
+    return LeaseLost(session.id, owner, None if lease is None else lease.owner)
 
 
 async def _renew_once(session: Session, hold: _Hold) -> None:
