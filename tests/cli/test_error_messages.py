@@ -559,6 +559,58 @@ def test_a_reader_gone_ends_a_command_quietly_with_status_141(
     assert capsys.readouterr().err == ""
 
 
+class _Pipe(io.RawIOBase):
+    """An unbuffered pipe (``PYTHONUNBUFFERED``): each write takes 1000 bytes.
+
+    Its reader goes (``| head -c 100``) once `gone_after` bytes are written.
+    """
+
+    def __init__(self, gone_after: int | None = None) -> None:
+        self.taken = bytearray()
+        self.gone_after = gone_after
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: object) -> int:
+        if self.gone_after is not None and len(self.taken) >= self.gone_after:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        part = bytes(memoryview(data))[:1000]  # type: ignore[arg-type]
+        self.taken += part
+        return len(part)
+
+
+def _unbuffered(pipe: _Pipe) -> io.TextIOWrapper:
+    return io.TextIOWrapper(pipe, encoding="utf-8", write_through=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["sessions", "export", "{session}"], ["report", "{session}", "-o", "-"]],
+    ids=["sessions export", "report"],
+)
+def test_a_long_output_is_written_whole_to_a_pipe_that_takes_part_of_a_write(
+    session: str, capsys: Capture, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    # An unbuffered standard output says how much of a write a pipe took:
+    # the export dropped the rest, and ended 0 when the reader had gone.
+    words = [w.format(session=session) for w in argv]
+    capsys.readouterr()
+    pipe = _Pipe()
+    monkeypatch.setattr(sys, "stdout", _unbuffered(pipe))
+
+    assert main(words) == 0
+
+    text = pipe.taken.decode("utf-8")
+    assert len(text) > 5000
+    assert text.rstrip().endswith("}" if argv[0] == "sessions" else "</html>")
+    pipe.gone_after = 2000
+    pipe.taken.clear()
+    capsys.readouterr()
+    assert main(words) == 141
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize(
     ("agent", "status", "said"),
     [

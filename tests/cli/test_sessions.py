@@ -1043,6 +1043,34 @@ def test_sessions_list_refuses_a_limit_that_is_no_count(capsys: Capture) -> None
     )
 
 
+def test_sessions_alone_takes_list_s_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    # `turnfsm sessions --limit 1` said "argument action: invalid choice: '1'".
+    db = tmp_path / "s.db"
+    monkeypatch.setenv("TURNFSM_STORE", str(db))
+
+    async def write() -> None:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=FakeModelClient(lambda _r: reply("ok")), store=store)
+            for _ in range(2):
+                await agent.run("hi", session=Session(store=store))
+
+    anyio.run(write)
+    assert main(["sessions", "list", "--limit", "1"]) == 0
+    listed = capsys.readouterr()
+    assert main(["sessions", "--limit", "1"]) == 0
+    assert capsys.readouterr() == listed
+    assert listed.out.splitlines()[-1] == (
+        f"1 of 2 session(s) in {db}, newest first (--limit all lists every one)"
+    )
+    assert main(["sessions", "--limit", "1", "show", "ses_1"]) == 2
+    assert capsys.readouterr().err == (
+        "turnfsm sessions show: invalid --limit='1': expected it only with "
+        "`sessions` alone or `sessions list` (`sessions show` lists nothing)\n"
+    )
+
+
 def test_sessions_alone_lists_the_default_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:

@@ -219,3 +219,27 @@ def test_a_pass_stopped_by_a_signal_lets_the_session_go(
         check=False,
     )
     assert again.returncode == 0, again.stderr
+
+
+def test_a_session_compacted_while_a_run_is_paused_still_shows_that_run(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `sessions list` showed the manual pass's `done` for a session that
+    # takes no new task, and `show` no longer listed the paused run's
+    # messages beyond the history.
+    store = ["--store", str(tmp_path / "s.db")]
+    careful = ["--agent", "tests.cli.approval_agent:careful"]
+    assert main(["run", "Free disk.", *careful, *store]) == 3
+    capsys.readouterr()
+    assert main(["sessions", "list", *store]) == 0
+    session_id = capsys.readouterr().out.splitlines()[1].split()[0]
+    assert main(["sessions", "compact", session_id, *store]) == 0
+    capsys.readouterr()
+
+    assert main(["sessions", "list", *store]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[-2:] == ["2", "paused"]
+    assert main(["sessions", "show", session_id, *store]) == 0
+    out = capsys.readouterr().out
+    assert "\n2 more in its unfinished run run_" in out
+    assert "\n  user      Free disk.\n" in out

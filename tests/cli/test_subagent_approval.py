@@ -162,3 +162,26 @@ def test_two_paused_sub_agents_of_one_batch_are_answered_one_after_the_other(
         ["done"],
         ["done"],
     ]
+
+
+def test_show_of_a_caller_waiting_on_its_sub_agent_says_to_answer_it(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `sessions show` advised `turnfsm resume`, which refuses the run (it
+    # waits for an answer), and cut its reason short with nothing in full.
+    store = str(tmp_path / "s.db")
+    parent, kid = _stopped(store, capsys)
+    assert main(["sessions", "show", parent, "--store", store]) == 0
+    out = capsys.readouterr().out
+    (run_line, in_full, answer) = out.split("\nruns (1):\n")[1].splitlines()[:3]
+    assert run_line.endswith("...")
+    assert in_full.startswith(
+        "    error in full: the sub-agent 'cleaner' waits in await_approval on 2 "
+        f"tool call(s) (session '{kid}', run 'run_"
+    )
+    assert in_full.endswith(
+        "answer this run (`turnfsm approve` or `reject` on either session) and "
+        "both go on"
+    )
+    assert answer == f"    answer it: turnfsm approve|reject {parent} --store {store}"
+    assert "resume" not in out.split("\nruns (1):\n")[1]

@@ -173,6 +173,24 @@ def test_a_users_own_session_with_their_probe_file(
     assert "nosuch" in capsys.readouterr().err
 
 
+def test_a_session_given_twice_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `turnfsm eval S S` counted S twice in every row.
+    db = tmp_path / "sessions.db"
+    session_id = anyio.run(_store_session, db)
+    probes = tmp_path / "probes.toml"
+    probes.write_text('[[probe]]\nkind = "fact"\nquestion = "q?"\nexpect = "x"\n')
+    argv = ["eval", session_id, session_id, "--probes", str(probes)]
+    assert main([*argv, "--store", str(db)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"turnfsm eval: invalid SESSION='{session_id}': expected each session "
+        "once (it is given twice)\n"
+    )
+
+
 def test_a_mistyped_store_is_refused_and_not_made(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -313,6 +331,20 @@ async def test_what_is_not_sessions_or_probes_is_refused_naming_it(
             summary_model=ExtractiveSummaryModel(),
         )
     assert caught.value.field == field
+
+
+@pytest.mark.anyio
+async def test_evaluate_refuses_a_session_given_twice() -> None:
+    (session, _chat) = await store_corpus(MemoryStore())
+    with pytest.raises(ConfigError) as caught:
+        await evaluate(
+            [session, session],
+            corpus_probes(),
+            strategies={"masking": lambda m: shipped_strategy("masking", m)},
+            window=16_384,
+            summary_model=ExtractiveSummaryModel(),
+        )
+    assert (caught.value.field, caught.value.value) == ("sessions[1]", session.id)
 
 
 def test_the_strategy_guide_shows_the_corpus_table_as_it_is() -> None:

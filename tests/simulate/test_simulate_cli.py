@@ -13,7 +13,7 @@ from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.context import ContextManager
 from turnfsm.persistence import Session, SQLiteStore
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ScriptedModel, reply, tool_call
 
 Capture = pytest.CaptureFixture[str]
 
@@ -299,3 +299,43 @@ def test_a_refused_number_offers_nothing_the_command_line_cannot_take(
     err = capsys.readouterr().err
     assert said in err
     assert "None" not in err
+
+
+def ping() -> str:
+    """Ping."""
+    return "pong"
+
+
+def test_a_run_that_crashed_is_simulated_with_no_difference(capsys: Capture) -> None:
+    # A run that crashed (its model raised) was simulated as interrupted and
+    # reported `differs: ... ended interrupted in the simulation (failed in
+    # the log)`, with exit status 1, for a session simulated unchanged.
+    async def record() -> str:
+        store = SQLiteStore("sessions.db")
+        agent = Agent(
+            model=ScriptedModel.of(
+                reply("", tool_call("ping", "c1")), ValueError("boom"), "Fine."
+            ),
+            tools=[ping],
+            store=store,
+        )
+        try:
+            with pytest.raises(ValueError, match="boom"):
+                await agent.run("Ping it.")
+            assert (await agent.run("Again.")).ok
+        finally:
+            await store.aclose()
+        return agent.session.id
+
+    session_id = anyio.run(record)
+    capsys.readouterr()
+    assert main(["simulate", session_id, "--store", STORE]) == 0
+    out = capsys.readouterr().out
+    assert "differs" not in out
+    (crashed,) = re.findall(
+        r"^note: run (run_\w+) crashed in its log on (.*)$", out, re.M
+    )
+    assert crashed[1] == (
+        "ValueError: boom; it is simulated up to where its log stops, as the "
+        "crash stopped it"
+    )

@@ -6,6 +6,8 @@ the live server serves them, and no other session, behind the same token.
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import ClassVar
@@ -276,3 +278,33 @@ def test_the_live_page_reads_again_only_the_sessions_that_changed(
         _Counting.loads.clear()
         assert _get(server.url)[0] == 200
         assert set(_Counting.loads) == {"ses_other_20"}
+
+
+def test_the_view_of_a_session_whose_sub_agent_s_session_is_damaged_shows_the_rest(
+    delegated: tuple[Path, list[Session]], tmp_path: Path
+) -> None:
+    # The whole page was an HTTP 500 (CorruptRecord); `report` and
+    # `sessions show` show the session and say which sub-agent cannot be read.
+    store, (mid, _leaf, _solo) = delegated
+    db = tmp_path / "damaged.db"
+    shutil.copy(store, db)
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "UPDATE turnfsm_entries SET body = '{oops' WHERE session_id = ?"
+            " AND seq = 3",
+            (mid.id,),
+        )
+    with ViewServer(lambda: SQLiteStore(db), LEAD) as server:
+        status, text = _get(server.url)
+        assert status == 200
+        doc = parse(text)
+        assert (
+            doc.find("p", "unread")
+            .text()
+            .startswith(
+                "A sub-agent session of this one cannot be read, and is not shown: "
+                f"corrupt Entry record at sessions['{mid.id}'].entries[3]: "
+            )
+        )
+        assert doc.find_all("section", "run")
+        assert server.child_url(mid.id) is None

@@ -195,6 +195,22 @@ def test_the_demo_s_report_holds_the_path_the_plot_and_a_pass_diff(
     assert doc.find("pre", "answer").text().startswith("Audit done")
 
 
+def test_a_report_to_dash_goes_to_standard_output_as_an_export_does(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `-o -` wrote a file named `-`.
+    db = tmp_path / "s.db"
+    session_id = _demo(db, capsys)
+    assert main(["report", session_id, "-o", "-", "--store", str(db)]) == 0
+    said = capsys.readouterr()
+    assert not Path("-").exists()
+    _check_report(parse(said.out))
+    assert said.err == (
+        f"wrote the report to standard output (session {session_id}: 1 run(s), "
+        "6 turn(s), 2 pass(es))\n"
+    )
+
+
 def _check_report(doc: Node) -> None:
     """The path (drawn and listed), the plot with its lines, a pass's diff."""
     diagram = doc.find("section", "diagram")
@@ -628,6 +644,26 @@ def test_approve_on_the_live_page_resumes_the_paused_run(
     run = _load(db, session_id).runs[-1]
     assert run.outcome == "done"
     assert run.text.startswith("Report: deleted /tmp/cache.db")
+
+
+def test_reject_on_the_live_page_is_logged_as_rejected_in_the_view(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # The rejection was logged "rejected from the command line".
+    db = tmp_path / "s.db"
+    session_id = _paused(db)
+    capsys.readouterr()
+    for url in _serve(session_id, db):
+        form = parse(_get(url)[1]).find("div", "paused").find("form", "answer")
+        fields = {i.attrs["name"]: i.attrs["value"] for i in form.find_all("input")}
+        assert _post(form.attrs["action"], {**fields, "action": "reject"})[0] == 303
+    assert approval_agent.DELETED == []
+    results = [
+        part.content
+        for message in _load(db, session_id).history
+        for part in message.tool_results
+    ]
+    assert results == ["rejected by the reviewer: rejected in the view"] * 2
 
 
 def test_view_reads_the_session_from_the_store_of_the_agent_it_is_given(

@@ -476,7 +476,7 @@ def _view_parsers(
         type=_path,
         metavar="FILE",
         required=True,
-        help="the HTML file to write",
+        help="the HTML file to write ('-': standard output)",
     )
     report.add_argument(
         "--turns",
@@ -695,6 +695,12 @@ def _sessions_parser(sub: Any) -> None:
     # action has a name of its own: an action's default would overwrite it.
     sessions.add_argument(
         "--store", metavar="SPEC", dest="sessions_store", help=_STORE_HELP
+    )
+    sessions.add_argument(
+        "--limit",
+        metavar="N",
+        dest="sessions_limit",
+        help="without an action: list the newest N sessions (as `list --limit N`)",
     )
     actions = sessions.add_subparsers(dest="action", required=False)
     store = argparse.ArgumentParser(add_help=False)
@@ -944,6 +950,24 @@ _TRACED = ("demo", "run", "approve", "reject", "resume", "view", "worker")
 `turnfsm worker` runs the model and tool calls of durable runs."""
 
 
+def _only_to_list(action: str, limit: str) -> None:
+    """Refuse ``turnfsm sessions --limit N`` before an action that lists nothing.
+
+    Raises:
+        ConfigError: naming ``--limit``, its value and the action.
+    """
+    if action == "list":
+        return
+    from turnfsm.errors import ConfigError
+
+    raise ConfigError(
+        "--limit",
+        limit,
+        f"it only with `sessions` alone or `sessions list` (`sessions {action}` "
+        "lists nothing)",
+    )
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     carry_out = _command if args.command in ("demo", "run") else _other
     if args.command not in _TRACED:
@@ -1110,6 +1134,10 @@ def _other(args: argparse.Namespace) -> int:
             options["action"] = "list"
         if options.get("store") is None:  # `turnfsm sessions --store X list`
             options["store"] = options["sessions_store"]
+        if options["sessions_limit"] is not None:  # `turnfsm sessions --limit N`
+            _only_to_list(options["action"], options["sessions_limit"])
+            if options.get("limit") is None:
+                options["limit"] = options["sessions_limit"]
         fields = SessionsCommand.__attrs_attrs__
         known = {f.name: options[f.name] for f in fields if f.name in options}
         return run_sessions(SessionsCommand(**known))

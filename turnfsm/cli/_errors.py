@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import unicodedata
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TextIO
 
 if TYPE_CHECKING:
     from turnfsm.errors import ConfigError
@@ -35,6 +35,7 @@ __all__ = [
     "stdout_unless_closed",
     "stop_signals",
     "terminal_text",
+    "write_utf8",
 ]
 
 INTERRUPTED_STATUS = 130
@@ -229,6 +230,30 @@ def stdout_to_devnull() -> None:
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+
+
+def write_utf8(out: TextIO, text: str, *, errors: str = "strict") -> None:
+    """Write `text` (a log, a report) to `out` as UTF-8, whatever its encoding.
+
+    A session log is UTF-8: on a standard output that encodes otherwise (a
+    Windows console's code page, ``PYTHONIOENCODING=ascii``) it would fail
+    on the first character that encoding lacks, or write a file that is
+    not a log. Its bytes go under the text layer, when it has one, until
+    the last: an unbuffered one (``PYTHONUNBUFFERED``) takes what a pipe
+    holds and says how much, and a reader gone (``| head``) then raises
+    `BrokenPipeError` on the next write instead of the rest being dropped.
+    `errors` is how a lone surrogate is encoded (``backslashreplace``: as
+    its escape).
+    """
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:  # a stream of text only (a StringIO): it holds any text
+        out.write(text)
+        return
+    out.flush()
+    data = memoryview(text.encode("utf-8", errors))
+    while data:
+        data = data[buffer.write(data) :]
+    buffer.flush()
 
 
 class _ClosedOutput(io.TextIOBase):

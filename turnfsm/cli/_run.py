@@ -89,6 +89,7 @@ __all__ = [
     "run_async",
     "run_task",
     "start_local",
+    "subagent_answer_hint",
     "write_end",
 ]
 
@@ -1258,7 +1259,7 @@ def _report_result(
         if place == IN_MEMORY:
             print(f"no command can answer it: {_GONE}", file=out)
         else:
-            print("answer it with: turnfsm approve|reject " + command, file=out)
+            print("answer it with: " + subagent_answer_hint(command), file=out)
         return 3
     if result.outcome == "paused":
         print_waiting(result, out)
@@ -1334,6 +1335,15 @@ def answer_hint(pause: Pause, target: str) -> str:
         f"Agent.resume from Python, with one of {', '.join(pause.accepts)}; "
         f"or end it: turnfsm abandon {target}"
     )
+
+
+def subagent_answer_hint(target: str) -> str:
+    """How to answer a run stopped by its sub-agent's pause, `target` naming it.
+
+    The answer goes to the paused sub-agent, then the run goes on: it is
+    answered, not resumed (``turnfsm resume`` refuses it).
+    """
+    return f"turnfsm approve|reject {target}"
 
 
 def call_text(name: str, arguments: Any) -> str:

@@ -32,6 +32,7 @@ from turnfsm.cli._errors import (
     explain,
     stop_signals,
     terminal_text,
+    write_utf8,
 )
 from turnfsm.cli._run import (
     AgentOptions,
@@ -40,6 +41,7 @@ from turnfsm.cli._run import (
     open_run_only,
     open_run_words,
     run_async,
+    subagent_answer_hint,
     waiting_for,
 )
 from turnfsm.cli._stores import (
@@ -60,6 +62,7 @@ from turnfsm.errors import (
     SessionConflict,
     SessionNotFound,
     StoreError,
+    SubagentWaiting,
     busy_words,
 )
 from turnfsm.messages import ImagePart, Message
@@ -359,7 +362,7 @@ async def _list(store: SessionStore, out: TextIO, limit: int | None) -> int:
             continue
         runs = session.runs
         started, last = _times(session)
-        outcome = runs[-1].outcome if runs else "-"
+        outcome = _state(runs)
         cells = (terminal_text(info.id), _when(started), _when(last), str(info.version))
         listed.append((last or 0.0, (*cells, str(len(runs)), outcome)))
     # Newest first: the latest activity on top (damaged sessions at the end).
@@ -380,6 +383,19 @@ async def _list(store: SessionStore, out: TextIO, limit: int | None) -> int:
         )
         return 1
     return 0
+
+
+def _state(runs: Sequence[RunRecord]) -> str:
+    """The LAST OUTCOME a session is listed with: how its last run ended.
+
+    A run still open (paused, interrupted, or with no end in its log) comes
+    first, though a manual compaction ended after it: the session takes no
+    new task until that run is answered, carried on or abandoned.
+    """
+    unfinished = [run for run in runs if run.is_open]
+    if unfinished:
+        return unfinished[-1].outcome
+    return runs[-1].outcome if runs else "-"
 
 
 def _in_flight(session: Session, run_id: str, out: TextIO) -> None:
@@ -428,8 +444,9 @@ def _show(
     print(f"\nhistory ({len(session.history)} messages):", file=out)
     for message in session.history:
         print(f"  {message.role.value:<9} {_first_line(message)}", file=out)
-    if runs and runs[-1].is_open:
-        _in_flight(session, runs[-1].run_id, out)
+    unfinished = [run for run in runs if run.is_open]
+    if unfinished:  # a manual compaction may come after it
+        _in_flight(session, unfinished[-1].run_id, out)
     if session.breaker_open:
         print(
             f"\ncompaction circuit breaker: open after {session.compaction_failures} "
@@ -467,8 +484,8 @@ def _show(
         if error:
             line += f"  error: {_clip(error)}"
         print(line, file=out)
-        if run.outcome in ("failed", "cancelled") and _clip(error) != error:
-            # Why it failed, and what would help, are at the end of the text.
+        if _clip(error) != error:
+            # Why it ended, and what would help, are at the end of the text.
             print(f"    error in full: {terminal_text(error)}", file=out)
         if run.continued:
             print(
@@ -498,6 +515,10 @@ def _show(
                 )
             words = terminal_text(shlex.join([session.id, *flags]))
             print(f"    answer it: {answer_hint(run.waiting, words)}", file=out)
+        elif run.is_open and isinstance(run.error, SubagentWaiting):
+            # Its sub-agent is answered, not this run resumed (resume refuses).
+            words = terminal_text(shlex.join([session.id, *flags]))
+            print(f"    answer it: {subagent_answer_hint(words)}", file=out)
         elif run.outcome in ("interrupted", "running"):
             target = terminal_text(shlex.join([session.id, run.run_id, *flags]))
             # The log does not say which agent ran it: resume is given its
@@ -554,7 +575,7 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
         # its JSON escape, as in the JSON lines form: the same text reads back.
         text = escape_surrogates(text) + "\n"
     if path is None or path == "-":
-        _write_utf8(out, text)
+        write_utf8(out, text)
         return 0
     write_text(path, text)
     print(
@@ -596,23 +617,6 @@ async def _left_out(
         command = ["turnfsm", "sessions", "export", child.id, *flags]
         said = shlex.join([*command, "-o", f"{child.id}.jsonl"])
         print(f"  {terminal_text(said)}", file=out)
-
-
-def _write_utf8(out: TextIO, text: str) -> None:
-    """Write the log `text` to `out` as UTF-8, whatever `out`'s own encoding.
-
-    A session log is UTF-8: on a standard output that encodes otherwise (a
-    Windows console's code page, ``PYTHONIOENCODING=ascii``) it would fail
-    on the first character that encoding lacks, or write a file that is
-    not a log. Its bytes go under the text layer, when it has one.
-    """
-    buffer = getattr(out, "buffer", None)
-    if buffer is None:  # a stream of text only (a StringIO): it holds any text
-        out.write(text)
-        return
-    out.flush()
-    buffer.write(text.encode("utf-8"))
-    buffer.flush()
 
 
 async def _checked_log(path: str) -> bytes | str | int:

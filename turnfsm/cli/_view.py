@@ -22,7 +22,13 @@ import attrs
 from turnfsm import _checks
 from turnfsm._files import write_text
 from turnfsm.cli._answer import AnswerCommand, run_answer
-from turnfsm.cli._errors import check_writable, count_option, explain, terminal_text
+from turnfsm.cli._errors import (
+    check_writable,
+    count_option,
+    explain,
+    terminal_text,
+    write_utf8,
+)
 from turnfsm.cli._run import AgentOptions, model_kind, open_driver, run_async
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, shown, where
@@ -66,17 +72,27 @@ def run_report(
             # The commands the page gives find the store the report read.
             commands=["--store", shown(store)] if store else [],
         )
-        write_text(output, text, errors="backslashreplace")
+        if output == "-":
+            write_utf8(sys.stdout, text, errors="backslashreplace")
+        else:
+            write_text(output, text, errors="backslashreplace")
+    except BrokenPipeError:  # the reader went (`| head`): `main` ends quietly
+        raise
     except (StoreError, ConfigError, OSError, ImportError) as exc:
         print(f"turnfsm report: {explain(exc)}", file=sys.stderr)
         return 2
     runs = session.runs
     held = "" if recent is None else _held(runs, recent)
+    # Written to standard output, the page is alone there: this goes aside.
+    said, told = (output, None)
+    if output == "-":
+        said, told = "the report to standard output", sys.stderr
     print(
-        f"wrote {output} (session {terminal_text(session.id)}: {len(runs)} run(s), "
+        f"wrote {said} (session {terminal_text(session.id)}: {len(runs)} run(s), "
         f"{sum(len(r.turns) for r in runs)} turn(s), "
         f"{sum(len(r.compactions) for r in runs)} pass(es)){held}"
-        + _sub_agents_held(len(below), pages)
+        + _sub_agents_held(len(below), pages),
+        file=told,
     )
     if unread is not None:  # the session's own pages are written
         print(
@@ -257,7 +273,11 @@ def _answerer(session_id: str, options: AgentOptions) -> Callable[[str, str], st
     """Approve or reject from the page: what ``turnfsm approve|reject`` does."""
 
     def answer(action: str, run_id: str) -> str:
-        command = AnswerCommand(action=action, session_id=session_id, run_id=run_id)
+        # The log says where a rejection came from (not "the command line").
+        reason = "rejected in the view" if action == "reject" else None
+        command = AnswerCommand(
+            action=action, session_id=session_id, run_id=run_id, reason=reason
+        )
         said = io.StringIO()
         errors = io.StringIO()  # its own: answers from two tabs may overlap
         status = run_answer(command, options, out=said, err=errors)

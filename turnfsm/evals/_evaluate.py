@@ -437,10 +437,11 @@ async def evaluate(
             answered, each strategy measured (None: nothing is told).
 
     Raises:
-        ConfigError: `sessions` are not stored sessions or `probes` not
-            probes, a probe names a session not evaluated, a session has
-            no probe, `prices` names no model with known prices, or `window`
-            is no window or too small for a session's pinned messages.
+        ConfigError: `sessions` are not stored sessions (or one is given
+            twice) or `probes` not probes, a probe names a session not
+            evaluated, a session has no probe, `prices` names no model with
+            known prices, or `window` is no window or too small for a
+            session's pinned messages.
     """
     sessions = _checks.as_tuple(sessions, "sessions", "stored Sessions")
     _checks.check(sessions, "sessions", _checks.each(Session, "a stored Session"))
@@ -448,6 +449,9 @@ async def evaluate(
     probes = _checks.as_tuple(probes, "probes", "Probes")
     _checks.check(probes, "probes", _checks.each(Probe, "a Probe"))
     ids = [s.id for s in sessions]
+    for n, sid in enumerate(ids):
+        if sid in ids[:n]:  # its figures would count twice
+            raise ConfigError(f"sessions[{n}]", sid, "each session once")
     for n, probe in enumerate(probes):
         if probe.session and probe.session not in ids:
             raise ConfigError(f"probe[{n}].session", probe.session, f"one of {ids}")

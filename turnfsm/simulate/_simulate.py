@@ -59,6 +59,7 @@ from turnfsm.errors import (
     PinnedTooLarge,
     ProviderError,
     ReserveTooLarge,
+    RunCrashed,
     TurnFSMError,
 )
 from turnfsm.messages import Message
@@ -899,17 +900,31 @@ async def simulate(
         )
         if result.outcome in _GOES_ON and run is not runs[-1]:
             # Nothing the log holds answers it: ended, so the runs after it
-            # can open (a paused run keeps its session).
+            # can open (a paused run keeps its session). A crashed one ended
+            # so in its log too: that is no difference.
             await driver.abandon(
                 sim, run.run_id, reason=f"{result.outcome} in the simulation"
             )
-            notes.append(
-                f"run {run.run_id} was abandoned in the simulation, "
-                f"{result.outcome} with no recorded answer, so that the runs "
-                "after it could go on"
-            )
+            if not isinstance(run.error, RunCrashed):
+                notes.append(
+                    f"run {run.run_id} was abandoned in the simulation, "
+                    f"{result.outcome} with no recorded answer, so that the runs "
+                    "after it could go on"
+                )
     simulation = _report(session, sim, price, prices)
+    caveats = (*caveats, *_crashes(runs))
     return attrs.evolve(simulation, caveats=caveats, differences=tuple(notes))
+
+
+def _crashes(runs: Sequence[RunRecord]) -> list[str]:
+    """What each run that crashed in its log crashed on, and how it is simulated."""
+    return [
+        f"run {run.run_id} crashed in its log on {run.error.type}: "
+        f"{run.error.message}; it is simulated up to where its log stops, as "
+        "the crash stopped it"
+        for run in runs
+        if isinstance(run.error, RunCrashed)
+    ]
 
 
 def _too_small(
@@ -979,18 +994,22 @@ def _differences(
     """What a simulated run did that the stored one did not, in words."""
     notes = []
     why = "" if error is None else f": {error}"
-    # A log with no end for a run (its process died) is simulated as
-    # interrupted where the log stops.
-    recorded = "interrupted" if run.outcome == "running" else run.outcome
+    # A log with no end for a run (its process died), or a run that crashed
+    # (its log holds nothing of what raised), is simulated as interrupted
+    # where the log stops.
+    crashed = isinstance(run.error, RunCrashed)
+    stopped = crashed or run.outcome == "running"
+    recorded = "interrupted" if stopped else run.outcome
     if ended.outcome != recorded:
+        was = "crashed" if crashed else run.outcome
         notes.append(
             f"run {run.run_id} ended {ended.outcome} in the simulation "
-            f"({run.outcome} in the log){why}"
+            f"({was} in the log){why}"
         )
     elif (
         error is not None
         and type(error) is not type(run.error)
-        and run.outcome != "running"  # no end in the log: no error there
+        and not stopped  # no end in the log, or the crash: no error to compare
     ):
         logged = "no error" if run.error is None else type(run.error).__name__
         notes.append(

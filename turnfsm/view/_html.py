@@ -82,6 +82,7 @@ class Links:
         token: The page's token, sent with the form.
         page_size: Turns listed before the "more" button.
         notice: A line to show on top (the last answer's outcome).
+        unread: Why the sessions below cannot be read ("": they can).
         child: ``session id -> URL`` of a sub-agent session's page (None
             where it has none to show).
         held: Who holds the session's open run, when a live process or a
@@ -96,6 +97,7 @@ class Links:
     token: str = ""
     page_size: int = 100
     notice: str = ""
+    unread: str = ""
     child: Callable[[str], str | None] = lambda _session_id: None
     held: SessionBusy | None = None
 
@@ -152,6 +154,11 @@ def page(
     out += filter(None, [delegated_by(session, page_of)])
     if links is not None and links.notice:
         out.append(f'<pre class="notice">{_e(links.notice)}</pre>')
+    if links is not None and links.unread:
+        out.append(
+            '<p class="warn unread">A sub-agent session of this one cannot be '
+            f"read, and is not shown: {_e(links.unread)}</p>"
+        )
     if session.breaker_open:
         out.append(
             '<p class="warn">The compaction circuit breaker is open after '

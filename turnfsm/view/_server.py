@@ -26,7 +26,7 @@ from typing import Final, final
 import anyio
 
 from turnfsm import _checks
-from turnfsm.errors import SessionBusy
+from turnfsm.errors import CorruptRecord, SessionBusy
 from turnfsm.persistence import (
     RunRecord,
     Session,
@@ -121,6 +121,7 @@ class ViewServer:
         self._family_lock = threading.Lock()
         self._family: _Family = ([], {})
         self._read_sessions: dict[str, Session] = {}  # the store's, as last read
+        self._unread = ""  # why the sessions below cannot be read, if they cannot
         self._quiet = threading.Condition()  # no answer going on
         self._answering: list[str] = []
         self._httpd = ThreadingHTTPServer((_HOST, port), _handler(self))
@@ -249,7 +250,9 @@ class ViewServer:
     def _below(self) -> dict[str, Session]:
         """The sessions below the served one, by id, each before its own.
 
-        Read again only when a session of the store has changed.
+        Read again only when a session of the store has changed. A damaged
+        one never hides the served session: none is given then, and the
+        page says why (as ``turnfsm report`` and ``sessions show`` do).
 
         Raises:
             StoreError: the store cannot be read.
@@ -264,7 +267,14 @@ class ViewServer:
             versions = [(i.id, i.version) for i in await store.list_sessions()]
             if versions == known[0]:
                 return known
-            found = await read_descendants(store, self.session_id, self._read_sessions)
+            try:
+                found = await read_descendants(
+                    store, self.session_id, self._read_sessions
+                )
+            except CorruptRecord as exc:
+                self._unread = str(exc)
+                return versions, {}
+            self._unread = ""
             return versions, {s.id: s for s in found}
         finally:
             await _close(store)
@@ -319,6 +329,7 @@ class ViewServer:
             token=self.token,
             page_size=self._page_size,
             notice="" if of else self._notice,
+            unread=self._unread,
             child=self.child_url,
             held=None if of else self._held,
         )
