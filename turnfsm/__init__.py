@@ -14,10 +14,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from turnfsm import _instrument
-
-# The values bind the types the errors' annotations name (`ProviderError.usage`),
-# which the errors cannot import: loaded first, an error's annotations resolve.
-from turnfsm import values as _values  # noqa: F401
 from turnfsm._lazy import lazy_getattr
 
 if TYPE_CHECKING:

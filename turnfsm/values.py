@@ -19,7 +19,7 @@ from typing import Final, final
 import attrs
 
 from turnfsm import _checks
-from turnfsm.errors import ConfigError, bind_value_types
+from turnfsm.errors import ConfigError
 
 __all__ = ["ErrorInfo", "PassPayback", "Usage"]
 
@@ -173,8 +173,6 @@ class Usage:
         said = f" ({', '.join(cached)})" if cached else ""
         return f"{self.input_tokens} in{said} / {self.output_tokens} out"
 
-
-bind_value_types(Usage=Usage)  # `ProviderError.usage`
 
 _DOLLARS = _checks.number(optional=True)
 

@@ -119,10 +119,6 @@ from turnfsm.errors._run import (
 # How a durable run's workflow names itself as a lease owner, and a busy
 # session's words with the take-over a command gives (not in __all__).
 from turnfsm.errors._run import DURABLE_OWNER as DURABLE_OWNER
-
-# For the values module (not in `__all__`): it binds the value types the
-# errors' annotations name.
-from turnfsm.errors._run import bind_value_types as bind_value_types
 from turnfsm.errors._run import busy_words as busy_words
 from turnfsm.errors._store import (
     CorruptRecord,

@@ -5,26 +5,13 @@ from __future__ import annotations
 import datetime
 import warnings
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final, final
+from typing import Final, final
 
 import attrs
 
+import turnfsm
 from turnfsm._waits import WAIT_ASKED, waited_for
 from turnfsm.errors._base import TurnFSMError
-
-if TYPE_CHECKING:
-    from turnfsm.values import Usage
-
-
-def bind_value_types(**types: type) -> None:
-    """Bind the value types this module's annotations name (`ProviderError.usage`).
-
-    The values import the errors, so the errors cannot import them: the
-    values module binds them here once it has made them, and the annotations
-    resolve (``typing.get_type_hints``, the log's converter).
-    """
-    globals().update(types)
-
 
 __all__ = [
     "CONTEXT_OVERFLOW",
@@ -132,7 +119,9 @@ class ProviderError(TurnFSMError):
     attempts: int | None = attrs.field(default=None, kw_only=True)
     elapsed: float | None = attrs.field(default=None, kw_only=True)
     # Left out of the stored form while None (`turnfsm.core.OMITTED_IF_DEFAULT`).
-    usage: Usage | None = attrs.field(
+    # Named through the package, which loads it when the annotation is read:
+    # the values import the errors, so the errors cannot import the values.
+    usage: turnfsm.Usage | None = attrs.field(
         default=None, kw_only=True, metadata={"turnfsm.omitted_if_default": True}
     )
 
@@ -146,7 +135,7 @@ class ProviderError(TurnFSMError):
         *,
         attempts: int | None = None,
         elapsed: float | None = None,
-        usage: Usage | None = None,
+        usage: turnfsm.Usage | None = None,
         retriable: bool | None = None,
     ) -> None:
         if retriable is not None:  # the old name, kept one release
