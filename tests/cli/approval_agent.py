@@ -8,7 +8,10 @@ files in a tool.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+import anyio
 
 from turnfsm import Agent, approval_machine, machines_dir
 from turnfsm.core import MachineSpec
@@ -202,4 +205,60 @@ def careful_in_its_store() -> Agent:
         tools=[delete_file],
         machine=approval_machine(),
         store=str(OWN_STORE[0]),
+    )
+
+
+TAKEN_AFTER: list[float] = [0.0]
+"""Seconds the taking tools wait after the take-over (a test sets it)."""
+
+LEASE_TTL: list[float] = [30.0]
+"""The lease the taken agents' runs hold (a test sets it: renewals every third)."""
+
+
+async def take_over_and_wait() -> str:
+    """`take_over`, then wait `TAKEN_AFTER` (a lease renewal may land in it)."""
+    await take_over()
+    await anyio.sleep(TAKEN_AFTER[0])
+    return "taken"
+
+
+async def abandon_it() -> str:
+    """Abandon the run with force: ``turnfsm abandon --force`` in another process."""
+    async with SQLiteStore(OWN_STORE[0]) as store:
+        (info,) = await store.list_sessions()
+    argv = ["abandon", info.id, "--store", str(OWN_STORE[0]), "--force"]
+    done = await anyio.run_process(
+        [sys.executable, "-m", "turnfsm", *argv, "--reason", "took over"]
+    )
+    assert done.returncode == 0, done
+    await anyio.sleep(TAKEN_AFTER[0])
+    return "abandoned"
+
+
+def _call(name: str) -> FakeModelClient:
+    def plan(request: ModelRequest) -> Message:
+        if request.messages[-1].tool_results:
+            return reply("went on")
+        return reply("", tool_call(name, "c1"))
+
+    return FakeModelClient(plan)
+
+
+def taken_over_in_its_store() -> Agent:
+    """Calls `take_over_and_wait`; keeps its sessions in `OWN_STORE`."""
+    return Agent(
+        model=_call("take_over_and_wait"),
+        tools=[take_over_and_wait],
+        store=str(OWN_STORE[0]),
+        lease_ttl=LEASE_TTL[0],
+    )
+
+
+def abandoned_in_its_store() -> Agent:
+    """Calls `abandon_it`; keeps its sessions in `OWN_STORE`."""
+    return Agent(
+        model=_call("abandon_it"),
+        tools=[abandon_it],
+        store=str(OWN_STORE[0]),
+        lease_ttl=LEASE_TTL[0],
     )

@@ -34,6 +34,7 @@ from turnfsm.cli._run import (
     report_interrupted,
     report_result,
     run_async,
+    show_command,
     waiting_for,
 )
 from turnfsm.cli._stores import where
@@ -132,7 +133,7 @@ async def _answer_with(
     seconds = agent_driver.store_timeout if agent_driver is not None else None
     async with cli_store(options.store, own) as store:
         session = await load_cli_session(store, command.session_id, seconds=seconds)
-        run = _open_run(session, command.run_id, store)
+        run = _open_run(session, command.run_id, store, options)
         # A sub-agent's paused run is answered through its callers' runs:
         # the answer goes down to it, and every caller goes on.
         inner, paused = session, run
@@ -173,13 +174,15 @@ async def _answer_with(
             console = console_for(out)
             try:
                 result = await interruptible(
-                    lambda: _go_on(command, driver, session, run, console, paused),
+                    lambda: _go_on(
+                        command, driver, session, run, console, paused, resume
+                    ),
                     out,
                     left=left,
                     console=console,
                 )
             except Exception as exc:
-                raise_if_crashed(exc, session, started, where(store))
+                raise_if_crashed(exc, session, started, store)
                 raise
             finally:
                 await close_model(driver)
@@ -194,7 +197,9 @@ async def _answer_with(
         )
 
 
-def _open_run(session: Session, run_id: str | None, store: SessionStore) -> RunRecord:
+def _open_run(
+    session: Session, run_id: str | None, store: SessionStore, options: AgentOptions
+) -> RunRecord:
     waiting = session.open_runs()
     if run_id is not None:
         for run in waiting:
@@ -211,7 +216,8 @@ def _open_run(session: Session, run_id: str | None, store: SessionStore) -> RunR
             "SESSION",
             session.id,
             f"a session with a paused or unfinished run (in {where(store)}, "
-            "it has none: `turnfsm sessions show` lists its runs)",
+            f"it has none: `{show_command(session.id, store, options)}` lists "
+            "its runs)",
         )
     return waiting[-1]
 
@@ -297,6 +303,7 @@ async def _go_on(
     run: RunRecord,
     console: ConsoleHook,
     paused: RunRecord,
+    resume: str,
 ) -> RunResult:
     if command.action == "abandon":
         reason = command.reason or "abandoned from the command line"
@@ -304,11 +311,12 @@ async def _go_on(
             session, run.run_id, reason=reason, force=command.force
         )
     if paused.waiting is None and command.action != "resume":
-        # Not paused: another process may be carrying it on (its lease says
-        # who), which `turnfsm resume` would be refused for too.
+        # Not paused: no answer applies to it, whoever holds it (--force
+        # takes over nothing an answer could go on with). Another process
+        # may be carrying it on: its lease says who, which `turnfsm resume`
+        # would be refused for too.
         held = await holder_of(session, session.store)
-        if held is not None:
-            raise held
+        raise _not_paused(command, paused, resume, held)
     event = _event(command, paused)
     if paused is run:  # a sub-agent's tools are inside its caller's tool
         _check_tools(driver, run, command)
@@ -350,6 +358,25 @@ def _target(command: AnswerCommand) -> str:
     return shlex.join([command.session_id, *filter(None, [command.run_id])])
 
 
+def _not_paused(
+    command: AnswerCommand, run: RunRecord, resume: str, held: SessionBusy | None
+) -> ConfigError:
+    """The refusal of an answer to `run`, which is unfinished, not paused.
+
+    `resume` carries it on once no other process holds it; `held` names the
+    process that does (its lease is live), and how to take the run over.
+    """
+    said = (
+        f"a paused run to {command.action}: run {run.run_id} is unfinished, "
+        f"and `{resume}` carries it on"
+    )
+    if held is not None:
+        said += f"; {busy_words(held, f'`{resume} --force`')}"
+    if command.run_id is None:
+        return ConfigError("SESSION", command.session_id, said)
+    return ConfigError("RUN", command.run_id, said)
+
+
 def _event(command: AnswerCommand, run: RunRecord) -> Event | None:
     pause = run.waiting
     if command.action == "resume":
@@ -361,13 +388,7 @@ def _event(command: AnswerCommand, run: RunRecord) -> Event | None:
                 f"answer it with {answer_hint(pause, _target(command))})",
             )
         return None
-    if pause is None:
-        raise ConfigError(
-            "RUN",
-            run.run_id,
-            f"a paused run to {command.action} (it is unfinished: "
-            "`turnfsm resume` carries it on)",
-        )
+    assert pause is not None  # `_not_paused` refused an unfinished run
     if not pause.takes_review:  # a pause phase of your own machine file
         raise ConfigError(
             "RUN",

@@ -229,7 +229,7 @@ async def run_and_close_store(
             lambda: run_and_close(agent, task), stream, left=left, console=console
         )
     except Exception as exc:  # a run that began names its session
-        raise_if_crashed(exc, agent.session, started, where(agent.store))
+        raise_if_crashed(exc, agent.session, started, agent.store)
         raise
     finally:
         with anyio.CancelScope(shield=True):

@@ -40,7 +40,14 @@ from turnfsm.cli._errors import (
     stdout_to_devnull,
     stop_signals,
 )
-from turnfsm.cli._stores import IN_MEMORY, close_store, open_cli_store, shown, where
+from turnfsm.cli._stores import (
+    IN_MEMORY,
+    close_store,
+    open_cli_store,
+    shown,
+    store_option,
+    where,
+)
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec, Pause
@@ -747,19 +754,20 @@ class StoreStopped(Exception):
 
     Its log could not be written on: the command names the session, so the
     run can be carried on once the store works again (or seen where another
-    process took it over; or, removed under it, is gone).
+    process took it over; or, removed under it, is gone). `store` is where
+    the run was kept.
     """
 
     def __init__(
         self,
         cause: StoreUnusable | LeaseLost | SessionConflict,
         session_id: str,
-        place: str,
+        store: SessionStore,
     ) -> None:
         super().__init__(str(cause))
         self.cause = cause
         self.session_id = session_id
-        self.place = place
+        self.store = store
 
     def report(
         self,
@@ -772,29 +780,39 @@ class StoreStopped(Exception):
     ) -> int:
         """Print the store's error and how to carry the run on; return 1.
 
-        A run whose session another process took over is carried on there:
-        the words say where to see what it did (``sessions show`` takes the
-        store, and no agent option). A run whose session was removed under
-        it has nothing left to carry on. A run `turnfsm resume`
-        cannot carry on (the demo's: its agent is no option's) is told how
-        to end it instead.
+        A run whose session another process took over (or wrote to) is
+        carried on, or was ended, there: the words say where to see what it
+        did (``sessions show`` takes the store, and no agent option). A run
+        whose session was removed under it has nothing left to carry on. A
+        run `turnfsm resume` cannot carry on (the demo's: its agent is no
+        option's) is told how to end it instead.
         """
-        print(f"{name}: {cli_words(self.cause, options)}", file=err)
-        if isinstance(self.cause, SessionConflict):  # removed under the run
-            print(f"\nsession {self.session_id} was in {self.place}", file=out)
+        place = where(self.store)
+        cause = self.cause
+        if isinstance(cause, SessionConflict) and not _removed(cause):
+            # The run began, and may have run tools: not to be run again.
+            said = (
+                f"session {cause.session_id!r} changed under this run: another "
+                f"writer appended to its log (version {cause.actual}, where the "
+                f"run expected {cause.expected}), and nothing more of the run "
+                "was written"
+            )
+        else:
+            said = cli_words(self.cause, options)
+        print(f"{name}: {said}", file=err)
+        if _removed(self.cause):
+            print(f"\nsession {self.session_id} was in {place}", file=out)
             print(
                 "run stopped: its session was removed from the store while it "
                 "ran (turnfsm sessions rm); nothing more of it is kept",
                 file=out,
             )
             return 1
-        print(f"\nsession {self.session_id} stored in {self.place}", file=out)
-        if isinstance(self.cause, LeaseLost):
-            store = ["--store", shown(options.store)] if options.store else []
-            show = ["turnfsm", "sessions", "show", self.session_id, *store]
+        print(f"\nsession {self.session_id} stored in {place}", file=out)
+        if not isinstance(self.cause, StoreUnusable):
+            show = show_command(self.session_id, self.store, options)
             print(
-                "run stopped: another process took its session over and goes on "
-                f"with it; see what it did: {shlex.join(show)}",
+                f"run stopped: {_taken_words(self.cause)}; see what it did: {show}",
                 file=out,
             )
             return 1
@@ -810,28 +828,52 @@ class StoreStopped(Exception):
         return 1
 
 
+def _taken_words(cause: LeaseLost | SessionConflict) -> str:
+    """What another process did to a run's session, as `cause` tells it."""
+    if isinstance(cause, SessionConflict):  # a store that keeps no leases
+        return "another process wrote to its session while it ran"
+    if cause.holder is not None:
+        return "another process took its session over and goes on with it"
+    return (
+        "another process took its session over and has let it go: it ended the "
+        "run (finished or abandoned it), or removed the session"
+    )
+
+
+def show_command(session_id: str, store: SessionStore, options: AgentOptions) -> str:
+    """The ``turnfsm sessions show`` of `session_id`, kept in `store`.
+
+    With the ``--store`` it needs: the one given, or your agent's own store
+    (``sessions show`` takes no agent option) unless it is the default one.
+    """
+    given = store_option(store, options.store)
+    return shlex.join(["turnfsm", "sessions", "show", session_id, *given])
+
+
 def raise_if_crashed(
-    exc: Exception, session: Session, started: int, place: str
+    exc: Exception, session: Session, started: int, store: SessionStore
 ) -> None:
     """Raise `Crashed` if `exc` ended a run of `session`'s from `started` on.
 
     `started` is the index among its runs of the run that went on, or their
-    count before a new one. A run that crashes is logged failed with
-    `RunCrashed`, then its exception propagates; an error raised before the
-    run began (a setting, a session another process holds) is left as it is.
-    A run that began and whose store then could not be used, or whose
-    session another process then took over or removed, raises `StoreStopped`.
+    count before a new one; `store` is where it is kept. A run that crashes
+    is logged failed with `RunCrashed`, then its exception propagates; an
+    error raised before the run began (a setting, a session another process
+    holds) is left as it is. A run that began and whose store then could not
+    be used, or whose session another process then took over, wrote to or
+    removed, raises `StoreStopped`.
     """
     if isinstance(exc, BaseExceptionGroup):  # the Ctrl-C watch's task group
         leaves = _leaves(exc)
         if len(leaves) == 1 and isinstance(leaves[0], Exception):
             exc = leaves[0]
     if any(isinstance(run.error, RunCrashed) for run in session.runs[started:]):
-        raise Crashed(exc, session.id, place) from None
+        raise Crashed(exc, session.id, where(store)) from None
     if len(session.runs) > started and (
-        isinstance(exc, StoreUnusable | LeaseLost) or _removed(exc)
+        isinstance(exc, StoreUnusable | LeaseLost)
+        or (isinstance(exc, SessionConflict) and not exc.loading)
     ):
-        raise StoreStopped(exc, session.id, place) from None
+        raise StoreStopped(exc, session.id, store) from None
 
 
 def _removed(exc: Exception) -> TypeGuard[SessionConflict]:
@@ -1049,7 +1091,7 @@ async def _run(
                     console=console,
                 )
             except Exception as exc:
-                raise_if_crashed(exc, session, started, where(store))
+                raise_if_crashed(exc, session, started, store)
                 raise
             return result, where(store), session.id
     finally:

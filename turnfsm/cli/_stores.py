@@ -37,6 +37,7 @@ __all__ = [
     "not_a_log",
     "open_cli_store",
     "shown",
+    "store_option",
     "where",
 ]
 
@@ -138,6 +139,40 @@ def shown(spec: str) -> str:
         parts = parts._replace(netloc=f"{user}:PASSWORD@{host}")
     query = re.sub(r"(^|&)password=[^&]*", r"\1password=PASSWORD", parts.query)
     return urllib.parse.urlunsplit(parts._replace(query=query))
+
+
+def store_option(store: SessionStore, given: str | None) -> list[str]:
+    """The ``--store`` a later command needs to find the sessions of `store`.
+
+    `given` is the command's ``--store`` (as `shown` prints it). Without it
+    the store may be your agent's own (``--agent``), which a command given
+    no ``--store`` does not open: its file (or its server) is named, unless
+    it is the store such a command opens (``TURNFSM_STORE``, else the
+    default file). A store in memory, or of your own kind, has no spec to
+    give: none.
+    """
+    if given is not None:
+        return ["--store", shown(given)]
+    if isinstance(store, SQLiteStore):
+        default = _default_file()
+        if default is not None and store.path.absolute() == default.absolute():
+            return []
+        return ["--store", os.fspath(store.path)]
+    server = getattr(store, "server", None)  # PostgresStore: no password
+    if isinstance(server, str) and not isinstance(store, MemoryStore):
+        return ["--store", server]
+    return []
+
+
+def _default_file() -> Path | None:
+    """The file a command given no ``--store`` opens (None: not a file, or none)."""
+    spec = os.environ.get(STORE_ENV, "").strip() or None
+    if spec is not None:
+        return _file_of(spec)
+    try:
+        return default_store_path()
+    except OSError:
+        return None
 
 
 def where(store: SessionStore) -> str:
