@@ -31,8 +31,9 @@ from turnfsm.hooks import Hook, PreCompact, PreCompactInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import CompactionRecord
 from turnfsm.providers import ModelRequest, ModelResponse
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import FakeModelClient, ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -357,6 +358,46 @@ async def test_pins_that_reach_the_emergency_line_are_refused_at_start() -> None
         str(caught.value)
     )
     assert session.version == 0  # nothing was written
+
+
+async def test_pins_are_measured_as_a_calibrating_session_measures_its_requests() -> (
+    None
+):
+    # The session learned that the model counts about a third of the
+    # estimate: the run's requests are scaled so, and the pins' check was
+    # not, refusing a run that would have sent its request.
+    def small(_request: ModelRequest) -> ModelResponse:
+        usage = Usage(input_tokens=3, output_tokens=1)
+        return ModelResponse(message=Message.assistant("ok"), usage=usage)
+
+    def driver(model: FakeModelClient, calibrate: bool) -> Driver:
+        manager = ContextManager(context_window=1_000, calibrate=calibrate)
+        return Driver(model=model, context=manager, max_output_tokens=10)
+
+    for calibrate, sent in ((True, 2), (False, 1)):
+        model = FakeModelClient(small)
+        session = Session()
+        await driver(model, calibrate).run("hello there", session=session)
+        big = "word " * 520  # about 990 tokens by the estimate, pinned
+        if calibrate:
+            assert (await driver(model, True).run(big, session=session)).ok
+        else:
+            with pytest.raises(PinnedTooLarge):
+                await driver(model, False).run(big, session=session)
+        assert len(model.requests) == sent
+
+
+def test_a_calibrating_agent_is_refused_as_any_other() -> None:
+    # A session's first run has learned no scale: what rides every request
+    # is measured as it is, and at the line no session could ever begin.
+    manager = ContextManager(context_window=1_000, counter=HEURISTIC, calibrate=True)
+    with pytest.raises(ReserveTooLarge):
+        Driver(
+            model=ScriptedModel.of("never"),
+            context=manager,
+            system_prompt="abcd " * 400,  # 505 tokens
+            max_output_tokens=460,
+        )
 
 
 class Billions:

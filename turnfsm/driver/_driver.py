@@ -27,6 +27,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources, request_extras, run_resources
+from turnfsm.driver._context_settings import context_settings
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect
 from turnfsm.driver._inputs import (
@@ -589,6 +590,8 @@ class Driver:
         except ConfigError:
             return  # a counter that gives no count: the first run names it
         line = emergency_line(window)
+        # Uncalibrated, even for a manager that calibrates: a session's
+        # first run has learned no scale, and these ride its requests too.
         if total + reply < line:
             return
         blame = counter_at_fault((), self.counter, extras=extras, tokens=total)
@@ -764,13 +767,17 @@ class Driver:
         left_open = OpenCalls.of(session.history).then(messages)
         if not left_open.is_closed:  # cut short mid-tool: closed as interrupted
             messages = close_input(messages, left_open.ids)
+        manager = self.context
         check_pins_fit(
-            self.context,
+            manager,
             session.history,
             messages,
             meter=self._run_meter(),
             extras=self._extras_for(output),
             reply=self.max_output_tokens or 0,
+            ratio=None
+            if manager is None or not manager.calibrate
+            else session.reported_ratio_for(context_settings(manager)),
         )
         return await start_run(self, session, messages, run_id, control, hooks, output)
 

@@ -22,6 +22,7 @@ def check_pins_fit(
     meter: Meter,
     extras: Sequence[str],
     reply: int,
+    ratio: float | None = None,
 ) -> None:
     """Refuse a run whose pinned messages plus the reserved budget overflow.
 
@@ -41,6 +42,9 @@ def check_pins_fit(
         meter: The run's meter (of the manager's counter).
         extras: The texts that ride every request (system prompt, tool schemas).
         reply: The reply budget (``max_output_tokens``, 0 if none).
+        ratio: The session's learned ratio of reported to estimated tokens
+            (`Session.reported_ratio_for`): a calibrating manager's run
+            measures its requests scaled by it, and so does this check.
 
     Raises:
         PinnedTooLarge: the pinned messages plus the reserved budget reach
@@ -51,30 +55,37 @@ def check_pins_fit(
     if manager is None or manager.window == 0:
         return
     texts = meter.measure(extras=extras) if extras else 0
-    reserved = texts + reply
+
+    def size(tokens: int) -> int:
+        """A request of `tokens` of messages, as the run's lines measure it."""
+        return manager.calibrated(tokens + texts, ratio) + reply
+
     # A request on or over the emergency line is compacted, never sent.
     line = emergency_line(manager.window)
     # A sum of per-message units grows with every message: the pinned
     # messages cost at most what all of them cost.
     if (
         _checks.is_instance(manager.counter, IncrementalCounter)
-        and meter.measure(history, messages) + reserved < line
+        and size(meter.measure(history, messages)) < line
     ):
         return
     conversation = [*history, *messages]
     pinned = manager.pinned(conversation)
     kept = [m for m in conversation if m.id in pinned]
     tokens = meter.measure(kept) if kept else 0
-    if tokens + reserved >= line:
+    used = size(tokens)
+    if used >= line:
         # A count past what any tokenizer makes of the text names the
         # counter: the pins are not at fault.
         blame = counter_at_fault(
             kept, manager.counter, extras=extras, tokens=tokens + texts
         )
+        # Calibrated, each part as the run counts it (its sum is `used`).
+        reserved = min(used, manager.calibrated(texts, ratio) + reply)
         raise PinnedTooLarge(
-            tokens + reserved,
+            used,
             manager.window,
-            pinned=tokens,
+            pinned=used - reserved,
             reserved=reserved,
             line=line,
             counter=blame,
