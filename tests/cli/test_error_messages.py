@@ -140,7 +140,7 @@ def test_simulate_prints_a_turnfsm_error_as_one_line(
 ) -> None:
     assert main(["simulate", session, "--window", "10"]) == 2
     line = _one_line(capsys, "simulate")
-    assert "invalid --window=10: expected a window of more than" in line
+    assert "invalid --window=10: expected a window of at least" in line
     assert "pinned messages" in line
 
 

@@ -154,7 +154,7 @@ def test_ctrl_c_interrupts_the_demo_as_it_does_a_run(
     [
         (
             ["--window", "100"],
-            "turnfsm run: invalid --window=100: expected a window well over 269 "
+            "turnfsm run: invalid --window=100: expected a window well over 271 "
             "tokens: the default reply budget (--max-tokens 256) and the request "
             "must fit under 95 % of it; or give a smaller --max-tokens",
         ),

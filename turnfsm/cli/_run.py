@@ -339,7 +339,7 @@ def _driver(
         if exc.field == "max_output_tokens" and options.max_tokens is not None:
             raise as_option(exc, "--max-tokens") from None
         if exc.field == "max_output_tokens":  # the default reply budget
-            least = DEFAULT_MAX_TOKENS * 100 // 95
+            least = window_to_send(DEFAULT_MAX_TOKENS)
             raise ConfigError(
                 "--window",
                 window,

@@ -21,6 +21,7 @@ import anyio.lowlevel
 import attrs
 
 from turnfsm import _checks, tokens
+from turnfsm._lines import window_to_send
 from turnfsm._prices import priced
 from turnfsm.context import (
     STRATEGIES,
@@ -863,9 +864,10 @@ async def simulate(
             raise ConfigError(
                 "context_window",
                 manager.context_window,
-                f"a window of more than {exc.reserved} tokens: run {run.run_id}'s "
-                f"pinned messages come beside the {exc.reserved} tokens its calls "
-                "reserved",
+                f"a window of at least {window_to_send(exc.reserved)} tokens, "
+                f"whose emergency line (95 %) is over the {exc.reserved} tokens "
+                f"its calls reserved: run {run.run_id}'s pinned messages come "
+                "beside them",
             ) from None
         failed = [e for e in run.events if isinstance(e, CompactorFailed)]
         model.start(run.run_id, record.replies, stop, failed)
@@ -936,9 +938,10 @@ def _too_small(
     return ConfigError(
         "context_window",
         manager.context_window,
-        f"a window of at least {exc.used} tokens: run {run_id}'s pinned "
-        f"messages are {exc.pinned} tokens, and its calls reserved "
-        f"{exc.reserved} beside them",
+        f"a window of at least {window_to_send(exc.used)} tokens, whose "
+        f"emergency line (95 %) is over the {exc.used} tokens of run {run_id}'s "
+        f"pinned messages ({exc.pinned}) and what its calls reserved beside "
+        f"them ({exc.reserved})",
     )
 
 
