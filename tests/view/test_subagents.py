@@ -302,7 +302,8 @@ def test_the_view_of_a_session_whose_sub_agent_s_session_is_damaged_shows_the_re
             doc.find("p", "unread")
             .text()
             .startswith(
-                "A sub-agent session of this one cannot be read, and is not shown: "
+                "A sub-agent session of this one cannot be read, so its sub-agent "
+                "sessions are not shown: "
                 f"corrupt Entry record at sessions['{mid.id}'].entries[3]: "
             )
         )

@@ -157,7 +157,7 @@ def page(
     if links is not None and links.unread:
         out.append(
             '<p class="warn unread">A sub-agent session of this one cannot be '
-            f"read, and is not shown: {_e(links.unread)}</p>"
+            f"read, so its sub-agent sessions are not shown: {_e(links.unread)}</p>"
         )
     if session.breaker_open:
         out.append(
