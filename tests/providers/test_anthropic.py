@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 from typing import Any
 
 import anthropic
@@ -1064,6 +1065,9 @@ async def test_a_streamed_event_that_is_not_json_fails_naming_the_event() -> Non
             "broke off: peer closed connection mid-body",
         ),
         (httpx2.ReadTimeout("the read timed out"), "timeout", "timed out"),
+        (httpx2.DecodingError("bad gzip data"), "connection", "bad gzip data"),
+        (ssl.SSLError("bad record mac"), "connection", "bad record mac"),
+        (anyio.EndOfStream(), "connection", "broke off"),
     ],
 )
 async def test_one_json_body_cut_short_in_place_of_a_stream_is_a_provider_error(

@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import socket
+import ssl
 import time
 from typing import Any
 
@@ -1094,6 +1095,9 @@ async def test_a_connection_dropped_mid_stream_says_the_stream_broke_off() -> No
             "broke off: peer closed connection mid-body",
         ),
         (httpx2.ReadTimeout("the read timed out"), "timeout", "timed out"),
+        (httpx2.DecodingError("bad gzip data"), "connection", "bad gzip data"),
+        (ssl.SSLError("bad record mac"), "connection", "bad record mac"),
+        (anyio.EndOfStream(), "connection", "broke off"),
     ],
 )
 @asyncio_only

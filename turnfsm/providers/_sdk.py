@@ -11,6 +11,7 @@ off (turnfsm's retry policy retries).
 from __future__ import annotations
 
 import math
+import ssl
 import threading
 from collections.abc import (
     AsyncGenerator,
@@ -243,22 +244,28 @@ async def whole_body(
 
     A body read here, not by the SDK (one JSON body where a stream was
     asked for), fails as the SDK's own reads do: the HTTP library's timeout
-    as the SDK's timeout error (`timed_out`), its other transport errors (a
-    connection that broke off mid-body) as its `connection` error, each
-    caused by the HTTP library's, so that they are read as those of an
+    as the SDK's timeout error (`timed_out`), its other request errors (a
+    connection that broke off mid-body, a body that does not decode), a TLS
+    error or a stream that ended early as its `connection` error, each
+    caused by the one raised, so that they are read as those of an
     unstreamed reply.
     """
     try:
         body: bytes = await response.aread()
     except Exception as exc:
         kinds = {kind.__name__ for kind in type(exc).__mro__}
-        if "TransportError" not in kinds:
-            raise
         request = response.request
         if "TimeoutException" in kinds:
             raise timed_out(request=request) from exc
-        raise connection(request=request) from exc
+        if "RequestError" in kinds or isinstance(exc, _DROPPED):
+            raise connection(request=request) from exc
+        raise
     return body
+
+
+_DROPPED: Final = (ssl.SSLError, anyio.EndOfStream)
+"""What else the SDKs read as a connection error (their HTTP library's
+errors are told by name: the SDKs ship their own copy of it)."""
 
 
 def each_event(stream: Any, look: Callable[[Any], Any]) -> None:
