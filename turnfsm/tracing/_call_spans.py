@@ -17,6 +17,7 @@ from turnfsm.tracing._content import (
     to_json,
     usage_attributes,
 )
+from turnfsm.values import Usage
 
 __all__ = [
     "chat_attributes",
@@ -76,8 +77,7 @@ def end_chat(
         usage = response.usage
         if usage is not None:
             said.update(usage_attributes(usage))
-            tokens.record(usage.input_tokens, {**labels, A.TOKEN_TYPE: "input"})
-            tokens.record(usage.output_tokens, {**labels, A.TOKEN_TYPE: "output"})
+            _count_tokens(tokens, usage, labels)
         if capture:
             said[A.OUTPUT_MESSAGES] = messages_json((response.message,))
         if said:
@@ -89,12 +89,17 @@ def end_chat(
         usage = error.usage if isinstance(error, ProviderError) else None
         if usage is not None:
             span.set_attributes(usage_attributes(usage))
-            tokens.record(usage.input_tokens, {**labels, A.TOKEN_TYPE: "input"})
-            tokens.record(usage.output_tokens, {**labels, A.TOKEN_TYPE: "output"})
+            _count_tokens(tokens, usage, labels)
         kind = _fail(span, error)
         if kind is not None:
             labels[A.ERROR_TYPE] = kind
     return labels
+
+
+def _count_tokens(tokens: Histogram, usage: Usage, labels: dict[str, Any]) -> None:
+    """Record a call's input and output tokens in the token metric."""
+    tokens.record(usage.input_tokens, {**labels, A.TOKEN_TYPE: "input"})
+    tokens.record(usage.output_tokens, {**labels, A.TOKEN_TYPE: "output"})
 
 
 def tool_attributes(info: ToolCallInfo, *, capture: bool) -> dict[str, Any]:
