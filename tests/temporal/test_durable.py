@@ -678,6 +678,46 @@ async def test_status_with_no_worker_on_its_queue_names_the_queue(
     assert f"turnfsm worker --task-queue {queue}" in str(caught.value)
 
 
+async def test_status_just_after_its_worker_stopped_names_the_queue(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The queue's pollers still listed the worker stopped moments before, so
+    # Temporal's own "no poller seen" was raised as it came, an RPCError.
+    agent = _asking("stopped", SQLiteStore(tmp_path / "s.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(90):
+                await run.status()
+    finally:
+        await run.handle.terminate("test over")
+    assert (caught.value.field, caught.value.value) == ("task_queue", queue)
+
+
+@pytest.mark.parametrize("answer", ["approve", 42, None])
+async def test_an_answer_that_is_no_event_is_refused_naming_it(
+    temporal_client: Client, tmp_path: Path, answer: object
+) -> None:
+    # Sent, it failed to decode in the workflow: "expected Failed decoding
+    # arguments", or a corrupt record "written by another turnfsm version".
+    agent = _asking("answered", SQLiteStore(tmp_path / "s.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        with pytest.raises(ConfigError) as caught:
+            await run.answer(answer)  # type: ignore[arg-type]
+        assert (caught.value.field, caught.value.value) == ("event", answer)
+        assert "ToolCallsReviewed.approve_all()" in str(caught.value)
+        assert (await run.status()).waiting is not None  # it still waits
+        await run.handle.terminate("test over")
+
+
 async def _task_failed(client: Client, workflow_id: str) -> None:
     """Wait until the workflow's history records a workflow task that failed."""
     with anyio.fail_after(30):

@@ -46,7 +46,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from turnfsm import _checks, serde
 from turnfsm._checks import check_id
 from turnfsm.agent import Agent
-from turnfsm.core import Event, ToolCallsReviewed
+from turnfsm.core import EVENT_TYPES, Event, ToolCallsReviewed
 from turnfsm.driver import InvalidArguments, OutputType, RunResult, as_messages
 from turnfsm.errors import (
     DURABLE_OWNER,
@@ -545,8 +545,17 @@ class DurableRun:
         """Answer the pause with any event its phase accepts.
 
         Raises:
-            ConfigError: the run is not paused, or its phase does not take it.
+            ConfigError: `event` is no event, the run is not paused, or its
+                phase does not take it.
         """
+        if not isinstance(event, EVENT_TYPES):  # sent, it fails to decode there
+            raise ConfigError(
+                "event",
+                event,
+                "an event the paused phase accepts (ToolCallsReviewed."
+                "approve_all() lets every call run; Signal(name, data) answers "
+                "a pause phase of your own machine file)",
+            )
         await self._update("answer", serde.to_json(event))
 
     async def inject(self, message: str | Message) -> None:
@@ -639,7 +648,7 @@ class DurableRun:
         if lost is not None:
             return lost
         if name == "status" and exc.status != RPCStatusCode.NOT_FOUND:
-            unserved = await self._unserved()
+            unserved = await self._unserved(exc)
             if unserved is not None:
                 return unserved
         steers = name not in ("result", "status")
@@ -670,18 +679,22 @@ class DurableRun:
             return exc
         return ConfigError(name, value, "a run still going (it has ended)")
 
-    async def _unserved(self) -> ConfigError | None:
+    async def _unserved(self, exc: RPCError | None = None) -> ConfigError | None:
         """`ConfigError` naming the run's task queue if no worker polls it, else None.
 
         A query needs a worker: with none, Temporal gives up after about 30
-        seconds, in words of its own ("Timeout expired", "no poller seen").
+        seconds, in words of its own (`exc`, when a query failed: "Timeout
+        expired", "no poller seen"). The latter is Temporal's own word that
+        none polls, though the queue's pollers still list a worker stopped
+        moments ago.
         """
         try:
             queue = (await self._handle.describe()).task_queue
         except RPCError:
             await anyio.lowlevel.checkpoint_if_cancelled()
             return None
-        if await queue_polled(self._client, queue):
+        said = "" if exc is None else exc.message
+        if "no poller seen" not in said and await queue_polled(self._client, queue):
             return None
         return ConfigError(
             "task_queue",
