@@ -482,3 +482,43 @@ def test_a_strategy_by_name_says_how_to_make_its_compactor(
     with pytest.raises(ConfigError) as caught:
         make()
     assert str(caught.value) == message
+
+
+def test_a_session_and_another_store_are_refused_naming_the_store(
+    tmp_path: Any,
+) -> None:
+    # The runs went to the session's store, where this agent, and an agent
+    # of the given store, found none of them (SessionNotFound).
+    from turnfsm.persistence import MemoryStore, Session, SQLiteStore
+
+    kept = SQLiteStore(tmp_path / "a.db")
+    other = str(tmp_path / "b.db")
+    with pytest.raises(ConfigError) as caught:
+        Agent(
+            model=ScriptedModel.of("ok"), session=Session("c1", store=kept), store=other
+        )
+    assert (caught.value.field, caught.value.value) == ("store", other)
+    assert "the store session 'c1' is kept in" in str(caught.value)
+    # Its own store, named again, is the same store.
+    same = Agent(
+        model=ScriptedModel.of("ok"),
+        session=Session("c1", store=kept),
+        store=str(tmp_path / "a.db"),
+    )
+    assert same.session.id == "c1"
+    with pytest.raises(ConfigError):
+        Agent(model=ScriptedModel.of("ok"), session=Session(), store=MemoryStore())
+
+
+@pytest.mark.parametrize("call", ["resume", "abandon", "open_session"])
+def test_no_session_id_is_refused_as_such(call: str) -> None:
+    # None started a session under a new id, and SessionNotFound named that
+    # id, which the caller never gave.
+    import anyio
+
+    agent = Agent(model=ScriptedModel.of("ok"))
+    method = getattr(agent, call)
+    args: tuple[Any, ...] = (None,) if call == "open_session" else (None, "run_x")
+    with pytest.raises(ConfigError) as caught:
+        anyio.run(lambda: method(*args))
+    assert (caught.value.field, caught.value.value) == ("session_id", None)

@@ -57,6 +57,7 @@ from turnfsm.persistence import (
     MemoryStore,
     Session,
     SessionStore,
+    SQLiteStore,
     env_store,
     open_store,
 )
@@ -368,7 +369,8 @@ class Agent:
 
         Raises:
             ConfigError: a setting is out of range or unknown (the field is
-                named), or `store` names no store.
+                named), `store` names no store, or another store than
+                `session`'s own.
             WindowTooLarge: the context window is larger than the model's
                 known one (see `turnfsm.providers.window_for`).
             StoreUnusable: the store's file cannot be used (see `open_store`).
@@ -390,7 +392,17 @@ class Agent:
             }
         self.driver = Driver(**driver_options)
         if store is not None:
-            store = open_store(store)
+            opened = open_store(store)
+            if session is not None and not _same_store(session.store, opened):
+                raise ConfigError(
+                    "store",
+                    store,
+                    f"the store session {session.id!r} is kept in (its runs "
+                    "would be written there, where this agent would not find "
+                    "them): leave store out to use the session's own, or open "
+                    "the session in this store (await Session.open(store, ID))",
+                )
+            store = opened
         elif session is not None:
             store = session.store
         else:
@@ -862,3 +874,17 @@ class Agent:
         """Start a fresh conversation (in the agent's store) and return it."""
         self.session = Session(store=self.store)
         return self.session
+
+
+def _same_store(kept: SessionStore, given: SessionStore) -> bool:
+    """Whether `given` is the store `kept` is: the same object, file or server."""
+    if kept is given:
+        return True
+    if isinstance(kept, SQLiteStore) and isinstance(given, SQLiteStore):
+        return kept.path.resolve() == given.path.resolve()
+    server = getattr(kept, "server", None)  # a PostgreSQL database, named
+    return (
+        type(kept) is type(given)
+        and server is not None
+        and server == getattr(given, "server", None)
+    )

@@ -190,7 +190,8 @@ class Session:
             InvalidReturn: the store's `load` returned something other than
                 a sequence of log entries.
         """
-        session = cls(id, store=check_store(store))
+        # None would start a session under a new id, and name that one.
+        session = cls(check_session_id(id), store=check_store(store))
         entries = await store.load(session.id)
         if isinstance(entries, str | bytes | Mapping) or not _checks.is_iterable(
             entries
