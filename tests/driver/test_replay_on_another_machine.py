@@ -12,7 +12,7 @@ from tests.helpers import restamp
 from turnfsm import Agent, default_machine, review_machine
 from turnfsm.core import Event, MachineSpec, Perform, Signal
 from turnfsm.driver import EffectContext, replay
-from turnfsm.errors import LogInconsistent, ReplayDiverged
+from turnfsm.errors import ConfigError, LogInconsistent, ReplayDiverged
 from turnfsm.persistence import (
     MachineStored,
     Session,
@@ -94,6 +94,17 @@ def test_the_run_replays_on_its_own_machine(reviewed: Session) -> None:
 
     assert replay(None, reviewed, run_id).ok
     assert replay(review_machine(), reviewed, run_id).ok
+
+
+def test_a_sessions_id_given_for_the_session_is_refused_naming_it(
+    reviewed: Session,
+) -> None:
+    # It failed inside: 'str' object has no attribute 'run'.
+    run_id = reviewed.runs[-1].run_id
+    with pytest.raises(ConfigError) as caught:
+        replay(None, reviewed.id, run_id)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("session", reviewed.id)
+    assert "Session.load" in str(caught.value)
 
 
 @pytest.mark.anyio

@@ -266,9 +266,16 @@ def replay(spec: MachineSpec | None, session: Session, run_id: str) -> ReplayRep
     replayed history that differs from the one the log projects.
 
     Raises:
-        ConfigError: the session has no such run, or `spec` is None and the
-            log keeps no machine for it.
+        ConfigError: `session` is no `Session` (an id: read it first, with
+            `Session.load`), the session has no such run, or `spec` is None
+            and the log keeps no machine for it.
     """
+    if not isinstance(session, Session):
+        raise ConfigError(
+            "session",
+            session,
+            "a Session (an id names one: await Session.load(store, ID) reads it)",
+        )
     record = _record(session, run_id)
     if spec is None:
         spec = stored_machine(session, record)
