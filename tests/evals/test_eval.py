@@ -347,6 +347,35 @@ async def test_evaluate_refuses_a_session_given_twice() -> None:
     assert (caught.value.field, caught.value.value) == ("sessions[1]", session.id)
 
 
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"strategies": {"t": TruncatingCompactor()}}, "strategies['t']"),
+        ({"strategies": ["truncating"]}, "strategies"),
+        ({"judge": 5}, "judge"),
+        ({"settings": 5}, "settings"),
+        ({"progress": 5}, "progress"),
+        ({"summary_model": "gpt-4o"}, "summary_model"),
+    ],
+)
+@pytest.mark.anyio
+async def test_evaluate_refuses_what_it_cannot_use_naming_it(
+    given: dict[str, object], field: str
+) -> None:
+    # A compactor made once where a function of the summary model is due
+    # failed inside ("object is not callable"), as did the others.
+    sessions = list(await store_corpus(MemoryStore()))
+    options: dict[str, object] = {
+        "strategies": {"masking": lambda m: shipped_strategy("masking", m)},
+        "window": 16_384,
+        "summary_model": ExtractiveSummaryModel(),
+        **given,
+    }
+    with pytest.raises(ConfigError) as caught:
+        await evaluate(sessions, corpus_probes(), **options)  # type: ignore[arg-type]
+    assert caught.value.field == field
+
+
 def test_the_strategy_guide_shows_the_corpus_table_as_it_is() -> None:
     guide = (REPO_ROOT / "docs/how-to/choose-a-strategy.md").read_text()
     section = guide.split("## Measured trade-offs")[1]

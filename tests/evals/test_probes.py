@@ -131,7 +131,7 @@ def test_an_unreadable_probe_file_is_refused(
         path.write_text(text)
     with pytest.raises(ConfigError, match=expected) as info:
         load_probes(path)
-    assert info.value.field == "--probes"
+    assert info.value.field == "path"
 
 
 PROBE = Probe(kind="decision", question="q", expect=("PostgreSQL 16", "replication"))

@@ -171,7 +171,12 @@ def _each_once(session_ids: Sequence[str]) -> None:
 
 def _probes(command: EvalCommand) -> tuple[Probe, ...]:
     if command.probes is not None:
-        return load_probes(command.probes)
+        try:
+            return load_probes(command.probes)
+        except ConfigError as exc:  # the file is this option's
+            if exc.field != "path":
+                raise
+            raise attrs.evolve(exc, field="--probes") from None
     if command.sessions:
         raise ConfigError(
             "--probes",

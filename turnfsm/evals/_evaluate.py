@@ -401,6 +401,44 @@ async def _ask(
         return None
 
 
+_MODEL: Final = _checks.instance(ModelClient, "a ModelClient", awaited=("complete",))
+_JUDGE: Final = _checks.instance(
+    ModelClient, "a ModelClient", optional=True, awaited=("complete",)
+)
+_SETTINGS: Final = _checks.instance(
+    ContextManager,
+    "a ContextManager (its compactor and window are replaced)",
+    optional=True,
+)
+
+
+def _check_strategies(strategies: object) -> None:
+    """Refuse `strategies` that are not names to functions making a compactor.
+
+    Raises:
+        ConfigError: not a mapping, a name that is no text, or a compactor
+            (or anything else) where a function of the summary model is due.
+    """
+    if not isinstance(strategies, Mapping):
+        raise ConfigError(
+            "strategies",
+            strategies,
+            "a mapping of names to functions of the summary model making a "
+            "compactor ({'layered': lambda m: shipped_strategy('layered', m)})",
+        )
+    for name, make in strategies.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError("strategies", name, "a strategy name (text)")
+        if not callable(make):
+            raise ConfigError(
+                f"strategies[{name!r}]",
+                make,
+                "a function of the summary model making the compactor "
+                "(lambda m: ..., not a compactor made once: each replay "
+                "needs its own)",
+            )
+
+
 async def evaluate(
     sessions: Sequence[Session],
     probes: Sequence[Probe],
@@ -439,9 +477,11 @@ async def evaluate(
     Raises:
         ConfigError: `sessions` are not stored sessions (or one is given
             twice) or `probes` not probes, a probe names a session not
-            evaluated, a session has no probe, `prices` names no model with
-            known prices, or `window` is no window or too small for a
-            session's pinned messages.
+            evaluated, a session has no probe, `strategies` are not names of
+            functions making a compactor, a model is no `ModelClient`,
+            `settings` no `ContextManager`, `progress` not callable, `prices`
+            names no model with known prices, or `window` is no window or too
+            small for a session's pinned messages.
     """
     sessions = _checks.as_tuple(sessions, "sessions", "stored Sessions")
     _checks.check(sessions, "sessions", _checks.each(Session, "a stored Session"))
@@ -457,7 +497,16 @@ async def evaluate(
             raise ConfigError(f"probe[{n}].session", probe.session, f"one of {ids}")
     for sid in ids:
         if not any(p.session in ("", sid) for p in probes):
-            raise ConfigError("probes", sid, "at least one probe for each session")
+            raise ConfigError(
+                "probes",
+                list(probes),
+                f"at least one probe for each session (none for {sid!r})",
+            )
+    _check_strategies(strategies)
+    _checks.check(summary_model, "summary_model", _MODEL)
+    _checks.check(judge, "judge", _JUDGE)
+    _checks.check(settings, "settings", _SETTINGS)
+    _checks.check(progress, "progress", _checks.callable_(optional=True))
     results = []
     tell = progress or (lambda _where: None)
     for number, (name, make) in enumerate(strategies.items(), 1):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -106,20 +107,20 @@ def load_probes(path: str | Path) -> tuple[Probe, ...]:
         ConfigError: the file cannot be read or parsed, or a probe is not
             valid (the field is named: ``probe[2].kind``).
     """
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        raise ConfigError("path", path, "the path of a probe file (TOML or JSON)")
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            "--probes", str(path), f"a readable probe file ({_unreadable(exc)})"
+            "path", str(path), f"a readable probe file ({_unreadable(exc)})"
         ) from None
     try:
         data: Any = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         kind = "JSON" if file.suffix == ".json" else "TOML"
-        raise ConfigError(
-            "--probes", str(path), f"a {kind} probe file ({exc})"
-        ) from None
+        raise ConfigError("path", str(path), f"a {kind} probe file ({exc})") from None
     rows = data.get("probe") if isinstance(data, Mapping) else None
     if not isinstance(rows, list) or not rows:
         raise ConfigError(
