@@ -833,7 +833,8 @@ def _taken_words(cause: LeaseLost | SessionConflict) -> str:
     if isinstance(cause, SessionConflict):  # a store that keeps no leases
         return "another process wrote to its session while it ran"
     if cause.holder is not None:
-        return "another process took its session over and goes on with it"
+        # It holds the lease: it goes on with the run, or is ending it.
+        return "another process took its session over"
     return (
         "another process took its session over and has let it go: it ended the "
         "run (finished or abandoned it), or removed the session"
