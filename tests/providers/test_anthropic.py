@@ -556,6 +556,28 @@ def test_a_client_without_a_key_fails_at_construction(
 
 
 @pytest.mark.parametrize(
+    ("client", "expected"),
+    [
+        ("x", "an anthropic.AsyncAnthropic (the async client), or None"),
+        (object(), "an anthropic.AsyncAnthropic (the async client), or None"),
+        (
+            anthropic.Anthropic(api_key="k"),
+            "Anthropic is the sync one (pass anthropic.AsyncAnthropic(...) instead)",
+        ),
+    ],
+    ids=["string", "object", "sync client"],
+)
+def test_a_client_that_is_not_the_async_one_is_refused(
+    client: object, expected: str
+) -> None:
+    # Was taken, then failed inside with an AttributeError.
+    with pytest.raises(ConfigError) as info:
+        AnthropicModel("claude-sonnet-4-5", api_key="k", client=client)  # type: ignore[arg-type]
+    assert info.value.field == "client"
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
     "settings",
     [{"auth_token": "t"}, {"default_headers": {"x-api-key": "k"}}],
     ids=["auth token", "key header"],

@@ -205,6 +205,8 @@ ARGUMENTS = {
     # arguments a server that parses past calls' arguments cannot read.
     "nan": ('{"a": NaN}', {"_raw": '{"a": NaN}'}),
     "infinity": ('{"a": [-Infinity]}', {"_raw": '{"a": [-Infinity]}'}),
+    # Python reads a number past a float's range as infinity.
+    "past a float": ('{"a": 1e400}', {"_raw": '{"a": 1e400}'}),
 }
 
 
@@ -220,8 +222,9 @@ def test_arguments_from_json(text: str, expected: dict[str, Any]) -> None:
         (None, {}),
         ([1, 2], {"_raw": "[1, 2]"}),  # was {}: the tool ran on its defaults
         (7, {"_raw": "7"}),
+        ({"a": float("nan")}, {"_raw": '{"a": NaN}'}),
     ],
-    ids=["object", "none", "list", "number"],
+    ids=["object", "none", "list", "number", "nan"],
 )
 def test_openai_arguments_sent_as_a_value(given: object, expected: object) -> None:
     call = {"id": "c", "function": {"name": "f", "arguments": given}}

@@ -515,6 +515,40 @@ def test_a_key_no_header_can_carry_fails_at_construction_unquoted(
 
 
 @pytest.mark.parametrize(
+    ("client", "expected"),
+    [
+        (object(), "an openai.AsyncOpenAI (the async client), or None"),
+        (
+            openai.OpenAI(api_key="k"),
+            "OpenAI is the sync one (pass openai.AsyncOpenAI(...) instead)",
+        ),
+        (
+            openai.AzureOpenAI(
+                api_key="k", api_version="2024-06-01", azure_endpoint="https://a.b"
+            ),
+            "(pass openai.AsyncAzureOpenAI(...) instead)",
+        ),
+    ],
+    ids=["object", "sync client", "sync azure client"],
+)
+def test_a_client_that_is_not_the_async_one_is_refused(
+    client: object, expected: str
+) -> None:
+    # Was taken, then failed inside with an AttributeError.
+    with pytest.raises(ConfigError) as info:
+        OpenAIModel("m", api_key="k", client=client)  # type: ignore[arg-type]
+    assert info.value.field == "client"
+    assert expected in str(info.value)
+
+
+def test_an_async_azure_client_is_taken() -> None:
+    client = openai.AsyncAzureOpenAI(
+        api_key="k", api_version="2024-06-01", azure_endpoint="https://a.b"
+    )
+    assert OpenAIModel("m", client=client).client is client
+
+
+@pytest.mark.parametrize(
     ("settings", "field", "said"),
     [
         ({"default_headers": {"X-Title": "Caf\u00e9"}}, "client", "its X-Title header"),

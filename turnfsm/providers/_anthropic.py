@@ -20,6 +20,7 @@ from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import (
+    client_check,
     http_url,
     model_name,
     positive_or_none,
@@ -166,7 +167,10 @@ class AnthropicModel(SDKModel):
         validator=_checks.integer(low=1),
     )
     client: anthropic.AsyncAnthropic | None = attrs.field(
-        default=None, kw_only=True, repr=False
+        default=None,
+        kw_only=True,
+        repr=False,
+        validator=client_check(anthropic.AsyncAnthropic, anthropic.Anthropic),
     )
     context_window: int | None = attrs.field(
         default=None,

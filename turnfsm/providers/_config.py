@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -13,6 +14,7 @@ from turnfsm.errors import ConfigError
 __all__ = [
     "PLACEHOLDER_KEY",
     "check_ascii_headers",
+    "client_check",
     "http_url",
     "model_name",
     "positive_or_none",
@@ -77,6 +79,36 @@ def _check_key(key: str, where: str) -> None:
                 f"one at character {i + 1}); copy it again, or strip what came "
                 "with it",
             )
+
+
+def client_check(async_type: type, sync_type: type) -> _checks.Check:
+    """Return a validator: None or an instance of the SDK's `async_type` client.
+
+    The SDK's sync client (`sync_type`), the likeliest mistake, is refused
+    naming the async one to pass instead; anything else used to fail at the
+    first attribute the model read of it.
+    """
+    sdk = async_type.__module__.partition(".")[0]
+    wanted = f"{sdk}.{async_type.__name__}"
+    plain = _checks.instance(
+        async_type, f"an {wanted} (the async client)", optional=True
+    )
+
+    def validate(inst: object, attr: object, value: object) -> None:
+        if isinstance(value, sync_type):
+            given = type(value).__name__
+            twin = f"Async{given}"
+            if not hasattr(sys.modules[sdk], twin):
+                twin = async_type.__name__
+            raise ConfigError(
+                "client",
+                value,
+                f"an {wanted}, the async client: {given} is the sync one "
+                f"(pass {sdk}.{twin}(...) instead)",
+            )
+        plain(inst, attr, value)
+
+    return validate
 
 
 def check_ascii_headers(key: object, headers: Mapping[str, object]) -> None:

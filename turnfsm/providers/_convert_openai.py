@@ -111,7 +111,7 @@ def arguments_from_json(text: str) -> dict[str, JSONValue]:
         return {"_raw": text}
     if value is None:
         return {}
-    if isinstance(value, dict) and json_fault(value, finite=False) is None:
+    if isinstance(value, dict) and json_fault(value, finite=True) is None:
         return cast(dict[str, JSONValue], value)
     return {"_raw": text}  # not an object, or one nested past what a call holds
 
@@ -120,10 +120,10 @@ def arguments_of(value: object) -> dict[str, JSONValue]:
     """A model's tool-call arguments given as a value (not text), kept as ``_raw``.
 
     The object itself when a call can hold it; else ``{"_raw": "<its JSON>"}``
-    (one that is no object, or nested past what a call holds), for the model
-    to be told its arguments were no JSON object.
+    (one that is no object, holds NaN or an infinity, or is nested past what
+    a call holds), for the model to be told its arguments were no JSON object.
     """
-    if isinstance(value, Mapping) and json_fault(value, finite=False) is None:
+    if isinstance(value, Mapping) and json_fault(value, finite=True) is None:
         return cast(dict[str, JSONValue], dict(value))
     try:
         text = json.dumps(value, ensure_ascii=False)

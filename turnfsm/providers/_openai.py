@@ -22,6 +22,7 @@ from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import (
     check_ascii_headers,
+    client_check,
     http_url,
     model_name,
     positive_or_none,
@@ -179,7 +180,10 @@ class OpenAIModel(SDKModel):
         validator=_checks.one_of(("json_schema", "json_object")),
     )
     client: openai.AsyncOpenAI | None = attrs.field(
-        default=None, kw_only=True, repr=False
+        default=None,
+        kw_only=True,
+        repr=False,
+        validator=client_check(openai.AsyncOpenAI, openai.OpenAI),
     )
     context_window: int | None = attrs.field(
         default=None,

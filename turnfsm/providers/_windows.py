@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from turnfsm import _checks
-from turnfsm.errors import WindowTooLarge
+from turnfsm.errors import ConfigError, WindowTooLarge
 from turnfsm.values import Usage
 
 if TYPE_CHECKING:
@@ -91,6 +91,79 @@ def known_window(
     return window if isinstance(window, int) and window > 0 else None
 
 
+_PRICE: Final = "a price: a finite number >= 0 (dollars per million tokens)"
+
+
+def _price(name: str, value: object) -> Decimal:
+    """`value` as a `Decimal` price, if it is a finite number >= 0; else raise."""
+    if isinstance(value, Decimal):
+        price = value
+    elif isinstance(value, float) and _checks.is_finite(value):
+        # By its shortest text: 0.1 is Decimal("0.1"), not 0.1000000000000000055...
+        price = Decimal(str(value))
+    elif _checks.is_int(value):
+        price = Decimal(value)  # type: ignore[arg-type]  # is_int: an int
+    else:
+        raise ConfigError(name, value, _PRICE)
+    if not price.is_finite() or price < 0:
+        raise ConfigError(name, value, _PRICE)
+    return price
+
+
+def _tiers(name: str, value: object, prices: int) -> tuple[tuple[Any, ...], ...]:
+    """`value` as tiers ``(start, price, ...)``, lowest start first.
+
+    Each tier is a start (an int >= 0) and `prices` prices; the starts rise.
+    """
+    fields = "start, input, cached_input, output" if prices == 3 else "start, price"
+    expected = f"({fields})"
+    tiers = _checks.as_tuple(value, name, f"tiers {expected}")
+    made: list[tuple[Any, ...]] = []
+    for i, tier in enumerate(tiers):
+        where = f"{name}[{i}]"
+        if isinstance(tier, str | bytes) or not _checks.is_iterable(tier):
+            raise ConfigError(where, tier, f"a tier {expected}")
+        items = tuple(tier)
+        if len(items) != prices + 1:
+            raise ConfigError(where, tier, f"a tier {expected}")
+        start = items[0]
+        if not _checks.is_int(start) or start < 0:
+            raise ConfigError(f"{where} start", start, "an int >= 0 (input tokens)")
+        if made and start <= made[-1][0]:
+            raise ConfigError(
+                f"{where} start",
+                start,
+                f"a start above the tier before's ({made[-1][0]}): lowest start first",
+            )
+        made.append((start, *(_price(f"{where}", p) for p in items[1:])))
+    return tuple(made)
+
+
+# attrs converters (named functions, as mypy's attrs plugin reads them).
+def _input(value: object) -> Decimal:
+    return _price("input", value)
+
+
+def _cached_input(value: object) -> Decimal:
+    return _price("cached_input", value)
+
+
+def _output(value: object) -> Decimal:
+    return _price("output", value)
+
+
+def _cache_write(value: object) -> Decimal | None:
+    return None if value is None else _price("cache_write", value)
+
+
+def _input_tiers(value: object) -> tuple[tuple[Any, ...], ...]:
+    return _tiers("tiers", value, 3)
+
+
+def _write_tiers(value: object) -> tuple[tuple[Any, ...], ...]:
+    return _tiers("write_tiers", value, 1)
+
+
 @final
 @_checks.keyword_checked
 @attrs.frozen(kw_only=True)
@@ -113,14 +186,18 @@ class ModelPrices:
             (``openai``, ``anthropic``; "" when not known).
     """
 
-    model: str
-    input: Decimal
-    cached_input: Decimal
-    output: Decimal
-    tiers: tuple[tuple[int, Decimal, Decimal, Decimal], ...] = ()
-    cache_write: Decimal | None = None
-    write_tiers: tuple[tuple[int, Decimal], ...] = ()
-    provider: str = ""
+    model: str = attrs.field(validator=_checks.string())
+    input: Decimal = attrs.field(converter=_input)
+    cached_input: Decimal = attrs.field(converter=_cached_input)
+    output: Decimal = attrs.field(converter=_output)
+    tiers: tuple[tuple[int, Decimal, Decimal, Decimal], ...] = attrs.field(
+        default=(), converter=_input_tiers
+    )
+    cache_write: Decimal | None = attrs.field(default=None, converter=_cache_write)
+    write_tiers: tuple[tuple[int, Decimal], ...] = attrs.field(
+        default=(), converter=_write_tiers
+    )
+    provider: str = attrs.field(default="", validator=_checks.string())
 
     def rates(self, input_tokens: int) -> tuple[Decimal, Decimal, Decimal]:
         """The input, cached-input and cache-write prices for a request's size.
