@@ -144,7 +144,9 @@ class Usage:
             f"output_tokens={self.output_tokens}{cached})"
         )
 
-    def __add__(self, other: Usage) -> Usage:
+    def __add__(self, other: object) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,

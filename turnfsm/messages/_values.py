@@ -284,7 +284,8 @@ class ToolCallPart:
 
     id: str = attrs.field(validator=_require_id("tool_call.id"))
     name: str = attrs.field(validator=_require_id("tool_call.name"))
-    # NaN stays: a model's arguments are read by `json.loads`, which reads it.
+    # No NaN or infinity, as in metadata: the arguments are stored and sent
+    # as JSON, which has none (a model's are read strictly, or kept `_raw`).
     arguments: Mapping[str, JSONValue] = attrs.field(
         default=_NO_ARGUMENTS,
         converter=_to_arguments,
@@ -293,7 +294,6 @@ class ToolCallPart:
             "tool_call.arguments",
             error=InvalidMessage,
             expected="a mapping with string keys of JSON values",
-            finite=False,
         ),
     )
 
