@@ -257,3 +257,24 @@ def test_a_switch_that_is_neither_on_nor_off_is_refused_by_name(
         "expected true or false"
     )
     assert TracingHook(capture_content=True).capture_content  # asked: not read
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"tracer_provider": 5}, "tracer_provider"),
+        ({"meter_provider": 5}, "meter_provider"),
+        ({"tracer_provider": "global"}, "tracer_provider"),
+        ({"capture_content": "yes"}, "capture_content"),
+        ({"capture_content": 1}, "capture_content"),
+    ],
+    ids=repr,
+)
+def test_bad_hook_settings_are_refused_naming_the_field(
+    settings: dict[str, Any], field: str
+) -> None:
+    # The providers failed inside OpenTelemetry with an AttributeError;
+    # "yes" was taken as content capture switched on.
+    with pytest.raises(ConfigError) as caught:
+        TracingHook(**settings)
+    assert caught.value.field == field

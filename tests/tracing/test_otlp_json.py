@@ -394,8 +394,10 @@ def test_the_exporter_reports_a_file_it_cannot_write(
     memory = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(memory))
     provider.get_tracer("t").start_span("s").end()
-    path = tmp_path / "missing" / "trace.jsonl"
+    path = tmp_path / "gone" / "trace.jsonl"
+    path.parent.mkdir()
     exporter = OTLPJSONFileExporter(path)
+    path.parent.rmdir()  # after it was made: a missing one is refused then
 
     assert exporter.export(memory.get_finished_spans()) is SpanExportResult.FAILURE
     assert exporter.export(memory.get_finished_spans()) is SpanExportResult.FAILURE
@@ -403,3 +405,51 @@ def test_the_exporter_reports_a_file_it_cannot_write(
     assert len(errors) == 1, "said once, not on each batch"
     assert f"spans cannot be written to {path}" in errors[0].getMessage()
     exporter.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [("/nonexistent/dir/x.json", "/nonexistent/dir/x.json"), ("", ""), (5, "5")],
+    ids=["missing directory", "empty", "not a path"],
+)
+def test_the_exporter_refuses_a_file_it_could_never_write(
+    path: Any, shown: str
+) -> None:
+    # Was taken, and each export failed; `configure(file=...)` refused it.
+    with pytest.raises(ConfigError) as caught:
+        OTLPJSONFileExporter(path)
+    assert caught.value.field == "path"
+    assert str(caught.value.value) == shown
+
+
+def test_the_exporter_refuses_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="a file, in a directory that exists"):
+        OTLPJSONFileExporter(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("read", "given", "field", "said"),
+    [
+        (load_otlp_json, None, "path", "a path"),
+        (parse_otlp_json, None, "text", "a str"),
+        (parse_otlp_json, b"{}", "text", "decode it first"),
+        (traced_runs, None, "spans", "a sequence of ExportedSpan"),
+        (traced_runs, "spans", "spans", "a sequence of ExportedSpan"),
+        (traced_runs, [5], "spans[0]", "an ExportedSpan"),
+    ],
+    ids=["no path", "no text", "bytes", "no spans", "a string of spans", "not a span"],
+)
+def test_readers_refuse_what_they_cannot_read(
+    read: Any, given: Any, field: str, said: str
+) -> None:
+    # Were a TypeError or an AttributeError.
+    with pytest.raises(ConfigError, match=said) as caught:
+        read(given)
+    assert caught.value.field == field
+
+
+def test_a_missing_trace_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    with pytest.raises(FileNotFoundError) as caught:
+        load_otlp_json(path)
+    assert caught.value.filename == str(path)

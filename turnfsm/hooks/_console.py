@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, TextIO, final
+from typing import Any, Final, TextIO, final
 
 import anyio
 
+from turnfsm import _checks
 from turnfsm.core import CompactReason, Measure, ModelReplied, emergency_line
 from turnfsm.core import threshold_line as _threshold_line
-from turnfsm.errors import ProviderError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.hooks._hook import Hook
 from turnfsm.hooks._infos import (
     DecisionInfo,
@@ -33,6 +35,36 @@ from turnfsm.persistence import CompactionRecord
 __all__ = ["ConsoleHook"]
 
 _ARGUMENTS_WIDTH = 120
+
+
+_TEXT_STREAM: Final = (
+    "a text stream with a write() method (sys.stdout, an open text file, "
+    "io.StringIO), or None"
+)
+
+
+def _check_out(out: object) -> None:
+    """Refuse an `out` the hook cannot print text to.
+
+    A string or a number has no ``write``; a binary stream (``io.BytesIO``,
+    a file opened ``"wb"``) has one that refuses text: each failed at the
+    hook's first line, inside the run, and the hook was detached.
+    """
+    if out is None:
+        return
+    mode = getattr(out, "mode", "")
+    binary = isinstance(out, io.RawIOBase | io.BufferedIOBase) or (
+        isinstance(mode, str) and "b" in mode
+    )
+    if binary:
+        raise ConfigError(
+            "out",
+            out,
+            f"{_TEXT_STREAM}: this stream is binary (open the file in text mode)",
+        )
+    if isinstance(out, str | bytes) or not callable(getattr(out, "write", None)):
+        hint = " (open the file: out=open(path, 'w'))" if isinstance(out, str) else ""
+        raise ConfigError("out", out, f"{_TEXT_STREAM}{hint}")
 
 
 @final
@@ -71,6 +103,10 @@ class ConsoleHook(Hook):
         live: Keep the live status line: None (the default) on a terminal
             only (not when ``TERM=dumb`` or ``NO_COLOR`` is set), True or
             False to choose.
+
+    Raises:
+        ConfigError: `out` is not a text stream (a binary one, a file's
+            name), or `replies` or `live` is not True or False.
     """
 
     def __init__(
@@ -80,6 +116,9 @@ class ConsoleHook(Hook):
         replies: bool = False,
         live: bool | None = None,
     ) -> None:
+        _check_out(out)
+        _checks.check(replies, "replies", _checks.boolean())
+        _checks.check(live, "live", _checks.boolean(optional=True))
         self._out = out
         self.replies = replies
         self._live_wanted = live

@@ -27,6 +27,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind
 
+from turnfsm._checks import boolean, check, instance
 from turnfsm.core import (
     Compact,
     CompactorFailed,
@@ -98,6 +99,14 @@ def _version() -> str:
     return __version__
 
 
+_TRACER_PROVIDER: Final = instance(
+    trace.TracerProvider, "an OpenTelemetry TracerProvider", optional=True
+)
+_METER_PROVIDER: Final = instance(
+    metrics.MeterProvider, "an OpenTelemetry MeterProvider", optional=True
+)
+
+
 @final
 class TracingHook(Hook):
     """Trace runs with OpenTelemetry: spans, transition events and metrics.
@@ -115,8 +124,10 @@ class TracingHook(Hook):
             ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
 
     Raises:
-        ConfigError: `capture_content` is not given and that variable is
-            neither true nor false (``1``, ``yes``, ``0``, ``no`` too).
+        ConfigError: a provider is not an OpenTelemetry one, or
+            `capture_content` is not True, False or None; or it is not
+            given and that variable is neither true nor false (``1``,
+            ``yes``, ``0``, ``no`` too).
     """
 
     traces_runs: Final = True  # tells the driver not to add its own
@@ -128,6 +139,9 @@ class TracingHook(Hook):
         meter_provider: metrics.MeterProvider | None = None,
         capture_content: bool | None = None,
     ) -> None:
+        check(tracer_provider, "tracer_provider", _TRACER_PROVIDER)
+        check(meter_provider, "meter_provider", _METER_PROVIDER)
+        check(capture_content, "capture_content", boolean(optional=True))
         version = _version()
         self._tracer = trace.get_tracer(
             _SCOPE, version, tracer_provider=tracer_provider

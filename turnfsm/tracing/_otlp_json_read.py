@@ -207,6 +207,10 @@ def parse_otlp_json(text: str) -> tuple[ExportedSpan, ...]:
     Raises:
         ConfigError: `text` is not OTLP/JSON; names the line and the field.
     """
+    given: object = text  # what the types allow, and what a caller gave
+    if not isinstance(given, str):
+        hint = " (decode it first: data.decode())" if isinstance(given, bytes) else ""
+        raise ConfigError("text", given, f"OTLP/JSON text, a str{hint}")
     spans = []
     for line, document in _documents(text):
         if not isinstance(document, dict):
@@ -227,10 +231,15 @@ def load_otlp_json(path: str | os.PathLike[str]) -> tuple[ExportedSpan, ...]:
     """Return every span in the trace file at `path` (see `parse_otlp_json`).
 
     Raises:
-        ConfigError: the file is not OTLP/JSON (text that is not UTF-8, a
-            compressed file, say: names the line and the byte).
-        OSError: the file cannot be read.
+        ConfigError: `path` is not a path (a str or a `Path`), or the file
+            is not OTLP/JSON (text that is not UTF-8, a compressed file,
+            say: names the line and the byte).
+        OSError: the file cannot be read (`FileNotFoundError`: it does not
+            exist); its `filename` is `path`.
     """
+    given: object = path  # what the types allow, and what a caller gave
+    if isinstance(given, bytes) or not isinstance(given, str | os.PathLike):
+        raise ConfigError("path", given, "a path to an OTLP/JSON trace file")
     data = Path(path).read_bytes()
     try:
         text = data.decode("utf-8")

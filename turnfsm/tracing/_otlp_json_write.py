@@ -15,9 +15,11 @@ from typing import Any, TextIO, final
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from turnfsm.errors import ConfigError
+
 logger = logging.getLogger("turnfsm.tracing")
 
-__all__ = ["OTLPJSONFileExporter", "encode_spans"]
+__all__ = ["OTLPJSONFileExporter", "encode_spans", "writable_file"]
 
 
 def _any_value(value: Any) -> dict[str, Any]:
@@ -134,6 +136,23 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     return {"resourceSpans": resource_spans}
 
 
+def writable_file(path: object, name: str) -> Path:
+    """`path` as a `Path`, if it is a file to write, in a directory that exists.
+
+    Raises:
+        ConfigError: not a path, a directory, or in a directory that does
+            not exist; names `name`.
+    """
+    if isinstance(path, bytes) or not isinstance(path, str | os.PathLike):
+        raise ConfigError(name, path, "a path to write OTLP/JSON lines to")
+    file = Path(path)
+    if not os.fspath(path) or file.is_dir() or not file.absolute().parent.is_dir():
+        raise ConfigError(
+            name, os.fspath(path), "a file, in a directory that exists, to write to"
+        )
+    return file
+
+
 @final
 class OTLPJSONFileExporter(SpanExporter):
     """An OpenTelemetry SDK span exporter that appends OTLP/JSON lines to a file.
@@ -149,8 +168,13 @@ class OTLPJSONFileExporter(SpanExporter):
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        """Write to the file at `path` (created on the first export, appended to)."""
-        self.path = Path(path)
+        """Write to the file at `path` (created on the first export, appended to).
+
+        Raises:
+            ConfigError: `path` is not a path to a file in a directory that
+                exists (it would fail every export).
+        """
+        self.path = writable_file(path, "path")
         self._lock = threading.Lock()
         self._file: TextIO | None = None
         self._is_shut_down = False

@@ -617,12 +617,9 @@ def _version() -> str:
 
 def _file_exporter(path: Path) -> SpanExporter:
     from turnfsm.tracing._otlp_json import OTLPJSONFileExporter
+    from turnfsm.tracing._otlp_json_write import writable_file
 
-    if path.is_dir() or not path.absolute().parent.is_dir():
-        raise ConfigError(
-            "file", str(path), "a file, in a directory that exists, to write to"
-        )
-    return OTLPJSONFileExporter(path)
+    return OTLPJSONFileExporter(writable_file(path, "file"))
 
 
 def _install(tracing: Tracing, *, set_global: bool) -> None:

@@ -14,6 +14,7 @@ from typing import Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.errors import ConfigError
 from turnfsm.tracing._otlp_json import (
     AttributeValue,
@@ -101,6 +102,12 @@ def _transition(span: ExportedSpan, event: SpanEvent) -> TracedTransition:
     )
 
 
+_SPAN: Final = "ExportedSpan values (what load_otlp_json returns)"
+_SPANS: Final = _checks.each(
+    ExportedSpan, "an ExportedSpan (what load_otlp_json returns)"
+)
+
+
 def traced_runs(spans: Sequence[ExportedSpan]) -> tuple[TracedRun, ...]:
     """Return the runs whose transitions `spans` recorded, in order of appearance.
 
@@ -110,8 +117,11 @@ def traced_runs(spans: Sequence[ExportedSpan]) -> tuple[TracedRun, ...]:
     transitions are sorted by time.
 
     Raises:
-        ConfigError: a transition event lacks an attribute it must carry.
+        ConfigError: `spans` is not a sequence of `ExportedSpan` values, or
+            a transition event lacks an attribute it must carry.
     """
+    spans = _checks.as_tuple(spans, "spans", _SPAN)
+    _checks.check(spans, "spans", _SPANS)
     by_id = {(s.trace_id, s.span_id): s for s in spans}
     found: dict[tuple[str, str | None], list[TracedTransition]] = {}
     roots: dict[tuple[str, str | None], ExportedSpan] = {}
