@@ -284,8 +284,9 @@ class ToolCallPart:
 
     id: str = attrs.field(validator=_require_id("tool_call.id"))
     name: str = attrs.field(validator=_require_id("tool_call.name"))
-    # No NaN or infinity, as in metadata: the arguments are stored and sent
-    # as JSON, which has none (a model's are read strictly, or kept `_raw`).
+    # NaN stays: a client of your own may read a model's arguments with
+    # `json.loads`, which reads it, and logs already written hold it (the
+    # shipped clients read them strictly, keeping such text as `_raw`).
     arguments: Mapping[str, JSONValue] = attrs.field(
         default=_NO_ARGUMENTS,
         converter=_to_arguments,
@@ -294,6 +295,7 @@ class ToolCallPart:
             "tool_call.arguments",
             error=InvalidMessage,
             expected="a mapping with string keys of JSON values",
+            finite=False,
         ),
     )
 
