@@ -355,8 +355,8 @@ def test_a_reply_is_printed_once_and_session_continues(
         (
             "taken_over",
             ("turnfsm run: ", "'elsewhere:1:x' took the session over"),
-            "run stopped: another process took its session over and goes on with "
-            "it; see what it did: turnfsm sessions show {session} --store {store}",
+            "run stopped: another process took its session over; see what it "
+            "did: turnfsm sessions show {session} --store {store}",
         ),
         (
             "removing",
