@@ -129,7 +129,6 @@ def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
         if command.prices is not None:
             priced(command.prices, "--prices")
         makers = {s: strategy_maker(s) for s in (command.strategies or STRATEGIES)}
-        _each_once(command.sessions)
         probes = _probes(command)
         with contextlib.ExitStack() as stack:
             summary, summary_name = _summary_model(stack, command.summary_model)
@@ -154,19 +153,6 @@ def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
             file=sys.stderr,
         )
     return 1 if under else 0
-
-
-def _each_once(session_ids: Sequence[str]) -> None:
-    """Refuse a session given twice: its figures would count twice in each row.
-
-    Raises:
-        ConfigError: naming ``SESSION`` and the id repeated.
-    """
-    for n, session_id in enumerate(session_ids):
-        if session_id in session_ids[:n]:
-            raise ConfigError(
-                "SESSION", session_id, "each session once (it is given twice)"
-            )
 
 
 def _probes(command: EvalCommand) -> tuple[Probe, ...]:
@@ -262,6 +248,8 @@ async def _measure(
             progress=_progress(command.progress),
         )
     except ConfigError as exc:
+        if exc.field.startswith("sessions["):  # a session given twice
+            raise attrs.evolve(exc, field="SESSION") from None
         if exc.field != "window":
             raise
         raise as_option(exc, "--window") from None

@@ -491,7 +491,9 @@ async def evaluate(
     ids = [s.id for s in sessions]
     for n, sid in enumerate(ids):
         if sid in ids[:n]:  # its figures would count twice
-            raise ConfigError(f"sessions[{n}]", sid, "each session once")
+            raise ConfigError(
+                f"sessions[{n}]", sid, "each session once (it is given twice)"
+            )
     for n, probe in enumerate(probes):
         if probe.session and probe.session not in ids:
             raise ConfigError(f"probe[{n}].session", probe.session, f"one of {ids}")
