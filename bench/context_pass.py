@@ -22,10 +22,10 @@ session are), so this is the steady-state cost.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -252,5 +252,12 @@ def _best(fn: Callable[[str], object], text: str, repeats: int = 20) -> float:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:]]
-    main(*(args + [10_000, 50][len(args) :]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "messages", nargs="?", type=int, default=10_000, help="default 10,000"
+    )
+    parser.add_argument(
+        "repeats", nargs="?", type=int, default=50, help="passes timed (default 50)"
+    )
+    args = parser.parse_args()
+    main(args.messages, args.repeats)

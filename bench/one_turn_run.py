@@ -15,6 +15,7 @@ many small calls, so read it as proportions, not times.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import gc
 import pstats
@@ -82,9 +83,14 @@ def split(stats: pstats.Stats) -> list[tuple[str, float]]:
 
 
 def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--profile", action="store_true", help="also print where a run's time goes"
+    )
+    args = parser.parse_args(argv)
     wall, cpu = anyio.run(best_us)
     print(f"a 1-turn run: {wall:.1f} µs (wall), {cpu:.1f} µs (CPU), best of {REPEATS}")
-    if "--profile" not in argv:
+    if not args.profile:
         return
     stats = pstats.Stats(anyio.run(profiled))
     table: dict[Any, tuple[Any, ...]] = stats.stats  # type: ignore[attr-defined]

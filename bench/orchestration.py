@@ -35,6 +35,7 @@ isolation for reference.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import gc
 import pstats
@@ -525,7 +526,15 @@ async def measure(long_turns: int) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> None:
-    long_turns = int(argv[0]) if argv else 10_000
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "turns",
+        nargs="?",
+        type=int,
+        default=10_000,
+        help="turns of the long run that measures flatness (default 10,000)",
+    )
+    long_turns = parser.parse_args(argv).turns
     m = anyio.run(measure, long_turns)
     raw, ours = m["raw"], m["ours"]
     overhead = ours - raw
