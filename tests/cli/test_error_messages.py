@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 
 from tests.helpers import REPO_ROOT
@@ -710,6 +711,19 @@ def test_the_advice_for_pins_that_do_not_fit_names_the_window_option(
     error = PinnedTooLarge(limit + 1, limit, pinned=limit - 255, reserved=256)
     said = cli_words(error, AgentOptions(**flags))  # type: ignore[arg-type]
     assert said.endswith(f"-token window: {fix}"), said
+
+
+def test_a_refusal_on_a_learned_scale_names_it_on_the_command_line() -> None:
+    from turnfsm.cli._run import AgentOptions, cli_words
+    from turnfsm.errors import PinnedTooLarge
+
+    error = PinnedTooLarge(
+        990, 1000, pinned=30, reserved=960, line=950, scale=2.5, reply=256
+    )
+    said = cli_words(error, AgentOptions(model="local", window=1000))
+    assert "is 990 (counted as the provider counts: 2.50x the token counter's" in said
+    plain = cli_words(attrs.evolve(error, scale=1.0), AgentOptions(model="local"))
+    assert "is 990, on or over the 950-token emergency line" in plain
 
 
 def test_a_window_over_the_local_servers_names_n_ctx() -> None:

@@ -300,8 +300,8 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
     assert str(caught.value).endswith(
         "never sent); most of it is reserved (the system prompt, the tool schemas, the "
         "output type's schema and the reply budget): shorten the system prompt or "
-        "the tools' descriptions, give fewer tools or a smaller output type, lower "
-        "max_output_tokens, or use a bigger window"
+        "the tools' descriptions, give fewer tools or a smaller output type, or use "
+        "a bigger window"  # no reply budget reserved: none to lower
     )
     # Alone over the window, no run could fit: refused when the agent is built.
     bigger = function_tool(lookup, description="Look a word up. " * 400)
@@ -385,6 +385,38 @@ async def test_pins_are_measured_as_a_calibrating_session_measures_its_requests(
             with pytest.raises(PinnedTooLarge):
                 await driver(model, False).run(big, session=session)
         assert len(model.requests) == sent
+
+
+async def test_a_refusal_on_a_learned_scale_says_the_figures_include_it() -> None:
+    # The provider counted nearly three times the estimate: the second run
+    # was refused with a reserve of 2,938 tokens for a system prompt the
+    # counter estimates at about a thousand, and nothing said why.
+    def counted_high(_request: ModelRequest) -> ModelResponse:
+        usage = Usage(input_tokens=2_900, output_tokens=1)
+        return ModelResponse(message=Message.assistant("ok"), usage=usage)
+
+    model = FakeModelClient(counted_high)
+    manager = ContextManager(context_window=3_000, calibrate=True)
+    driver = Driver(
+        model=model,
+        context=manager,
+        system_prompt="Be terse. " * 250,
+        max_output_tokens=20,
+    )
+    session = Session()
+    assert (await driver.run("hello", session=session)).ok
+    entries = len(session.entries)
+    with pytest.raises(PinnedTooLarge) as caught:
+        await driver.run("again", session=session)
+    refused = caught.value
+    assert 2.5 < refused.scale < 3.5  # 2,900 reported for about 1,000 estimated
+    assert refused.reply == 20
+    said = str(refused)
+    assert f"is {refused.used} (counted as the provider counts: " in said
+    assert f"{refused.scale:.2f}x the token counter's estimate" in said
+    assert "lower max_output_tokens" in said  # a reply budget is reserved
+    assert len(session.entries) == entries  # nothing written
+    assert len(model.requests) == 1
 
 
 def test_a_calibrating_agent_is_refused_as_any_other() -> None:

@@ -952,7 +952,8 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
         return (
             f"pinned messages do not fit: {exc.pinned} pinned tokens plus "
             f"{exc.reserved} reserved (the reply budget, --max-tokens {budget}, and "
-            f"the system prompt and tool schemas) is {exc.used}, {where}: {fix}"
+            f"the system prompt and tool schemas) is {exc.used}{exc.counted_as}, "
+            f"{where}: {fix}"
         )
     if (
         isinstance(exc, WindowTooLarge)

@@ -88,5 +88,7 @@ def check_pins_fit(
             pinned=used - reserved,
             reserved=reserved,
             line=line,
+            scale=manager.calibration_factor(ratio),
+            reply=reply,
             counter=blame,
         )

@@ -419,6 +419,11 @@ class PinnedTooLarge(ContextExceeded):
             prompt, tool schemas, output schema, reply budget), in tokens.
         line: The emergency line of the window, which `used` reaches
             (0: not given; `used` is then over the window).
+        scale: The factor the figures include: a calibrating context
+            manager counts a session's requests as its provider reported
+            them, this many times the token counter's estimate (1.0: the
+            estimate as it is).
+        reply: The reply budget (``max_output_tokens``) within `reserved`.
     """
 
     pinned: int = attrs.field(default=0, kw_only=True)
@@ -426,15 +431,36 @@ class PinnedTooLarge(ContextExceeded):
     line: int = attrs.field(
         default=0, kw_only=True, metadata={"turnfsm.omitted_if_default": True}
     )
+    scale: float = attrs.field(
+        default=1.0, kw_only=True, metadata={"turnfsm.omitted_if_default": True}
+    )
+    reply: int = attrs.field(
+        default=0, kw_only=True, metadata={"turnfsm.omitted_if_default": True}
+    )
+
+    @property
+    def counted_as(self) -> str:
+        """How the figures were counted, when not as the counter estimates.
+
+        Empty at scale 1.0; else a clause for after the figures, naming the
+        scale the session learned from the usage its provider reported.
+        """
+        if self.scale == 1.0:
+            return ""
+        return (
+            f" (counted as the provider counts: {self.scale:.2f}x the token "
+            "counter's estimate, the scale this session learned from the usage "
+            "its provider reported)"
+        )
 
     def __str__(self) -> str:
         if self.reserved > self.pinned:  # no pin rule could make it fit
+            budget = " lower max_output_tokens," if self.reply else ""
             advice = (
                 "most of it is reserved (the system prompt, the tool schemas, "
                 "the output type's schema and the reply budget): shorten the "
                 "system prompt or the tools' descriptions, give fewer tools or "
-                "a smaller output type, lower max_output_tokens, or use a "
-                "bigger window"
+                f"a smaller output type,{budget} or use a bigger window"
             )
         else:
             advice = (
@@ -449,7 +475,7 @@ class PinnedTooLarge(ContextExceeded):
         )
         return (
             f"pinned messages do not fit: {self.pinned} pinned tokens plus "
-            f"{self.reserved} reserved is {self.used}, {where}; "
+            f"{self.reserved} reserved is {self.used}{self.counted_as}, {where}; "
             f"{_counter_text(self) or advice}"
         ) + _largest_text(self)
 
