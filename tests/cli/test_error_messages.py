@@ -923,3 +923,44 @@ def test_every_command_says_what_it_does_in_its_own_help() -> None:
 
     commands = subcommands(_parser())
     assert [name for name, sub in commands.items() if not sub.description] == []
+
+
+@pytest.mark.parametrize("command", ["run", "demo"])
+def test_digest_is_refused_with_why_an_agent_does_not_take_it(
+    capsys: Capture, command: str
+) -> None:
+    # `eval` takes it, the docs name it among the shipped compactors: the
+    # refusal listed the others and said nothing of why.
+    argv = [command, "--strategy", "digest"] + (["task"] if command == "run" else [])
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert "invalid choice: 'digest'" in line
+    assert line.endswith(
+        "(digest alone only shortens old tool results, which cannot bring a long "
+        "run back under its window; `turnfsm eval --strategy digest` measures it)"
+    )
+
+
+def test_simulates_strategy_refuses_digest_saying_why() -> None:
+    from turnfsm.cli._run import compactor
+
+    with pytest.raises(ConfigError, match="digest alone only shortens") as caught:
+        compactor("digest")
+    assert (caught.value.field, caught.value.value) == ("--strategy", "digest")
+
+
+@pytest.mark.parametrize("name", ["out.pdf", "report", "r.txt"])
+def test_report_refuses_a_file_that_is_not_html(
+    tmp_path: Path, capsys: Capture, session: str, name: str
+) -> None:
+    # It wrote HTML into out.pdf and said so, with status 0.
+    path = tmp_path / name
+    assert main(["report", session, "-o", str(path)]) == 2
+    line = _one_line(capsys, "report")
+    assert line.endswith(
+        f"-o='{path}': expected an HTML file (ending .html or .htm), or - for stdout"
+    )
+    assert not path.exists()
+    assert main(["report", session, "-o", str(tmp_path / "R.HTM")]) == 0

@@ -74,9 +74,9 @@ def test_run_and_simulate_build_exactly_the_agent_names(name: str) -> None:
         return
     with pytest.raises(ConfigError) as raised:
         compactor(name)
-    assert str(raised.value) == (
+    assert str(raised.value).startswith(
         f"invalid --strategy={name!r}: expected "
-        "masking | truncating | summarizing | layered"
+        "masking | truncating | summarizing | layered ("  # and why not this one
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from turnfsm.context import ContextManager
 from turnfsm.errors import ConfigError
 from turnfsm.providers import ModelPrices, known_prices
 from turnfsm.values import Usage
@@ -93,3 +94,24 @@ def test_usage_adds_only_usage(other: object) -> None:
         Usage() + other
     with pytest.raises(TypeError):
         other + Usage()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [("gpt-4o-mni", "gpt-4o-mini"), ("claude-sonet-4-5", "claude-sonnet-4-5")],
+)
+def test_a_misspelt_model_for_prices_is_told_the_close_one(
+    given: str, meant: str
+) -> None:
+    # It listed two models, as if no other were known.
+    with pytest.raises(ConfigError, match=f"did you mean '{meant}'") as caught:
+        ContextManager(prices=given)
+    assert (caught.value.field, caught.value.value) == ("prices", given)
+    assert known_prices(meant) is not None  # the one suggested is priced
+
+
+def test_a_model_like_none_for_prices_is_told_no_close_one() -> None:
+    with pytest.raises(ConfigError) as caught:
+        ContextManager(prices="gpt-5-turbo-max")
+    assert "did you mean" not in str(caught.value)
+    assert "for example gpt-4o" in str(caught.value)

@@ -51,13 +51,18 @@ class _Parser(argparse.ArgumentParser):
         except argparse.ArgumentError as exc:
             import difflib
 
+            from turnfsm.cli._strategies import not_offered
+
             choices = [str(c) for c in action.choices or ()]
             close = difflib.get_close_matches(str(value), choices, n=1)
-            if not close:
+            why = (
+                not_offered(str(value)) if "--strategy" in action.option_strings else ""
+            )
+            if close:
+                why = f"did you mean {close[0]!r}?"
+            if not why:
                 raise
-            raise argparse.ArgumentError(
-                action, f"{exc.message} (did you mean {close[0]!r}?)"
-            ) from None
+            raise argparse.ArgumentError(action, f"{exc.message} ({why})") from None
 
 
 class _Subcommand(_Parser):
@@ -1078,7 +1083,7 @@ def _simulate_parser(sub: Any) -> None:
     simulate.add_argument(
         "--prices",
         metavar="MODEL",
-        help="cost each call at a known model's prices (gpt-4o, claude-sonnet-4-5)",
+        help="cost each call at a known model's prices (gpt-4o, gpt-4o-mini, ...)",
     )
     simulate.add_argument(
         "--cache-payback",

@@ -48,7 +48,7 @@ from turnfsm.cli._stores import (
     store_option,
     where,
 )
-from turnfsm.cli._strategies import AGENT_STRATEGIES
+from turnfsm.cli._strategies import AGENT_STRATEGIES, not_offered
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec, Pause
 from turnfsm.driver import Driver, RunResult, read_session
@@ -224,6 +224,8 @@ def compactor(name: str) -> ContextCompactor:
     if name not in STRATEGY_NAMES:
         close = difflib.get_close_matches(name, STRATEGY_NAMES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
+        if not_offered(name):
+            hint = f" ({not_offered(name)})"
         raise ConfigError("--strategy", name, " | ".join(STRATEGY_NAMES) + hint)
     return strategy_named(name, field="--strategy")
 

@@ -12,7 +12,13 @@ from attrs import fields_dict
 
 from turnfsm.context import STRATEGIES
 
-__all__ = ["AGENT_STRATEGIES", "DEMO_STRATEGIES", "EVAL_STRATEGIES", "spoken"]
+__all__ = [
+    "AGENT_STRATEGIES",
+    "DEMO_STRATEGIES",
+    "EVAL_STRATEGIES",
+    "not_offered",
+    "spoken",
+]
 
 AGENT_STRATEGIES: Final[tuple[str, ...]] = tuple(
     name for name in STRATEGIES if name != "digest"
@@ -43,3 +49,14 @@ EVAL_STRATEGIES: Final[tuple[str, ...]] = tuple(STRATEGIES)
 def spoken(names: tuple[str, ...]) -> str:
     """`names` as a sentence says them: ``a, b or c``."""
     return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def not_offered(name: str) -> str:
+    """Why an agent's ``--strategy`` does not offer the shipped `name` ('' if none)."""
+    if name == "digest":
+        return (
+            "digest alone only shortens old tool results, which cannot bring a "
+            "long run back under its window; `turnfsm eval --strategy digest` "
+            "measures it"
+        )
+    return ""

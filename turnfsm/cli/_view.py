@@ -58,6 +58,10 @@ def run_report(
         if not output:
             raise ConfigError("-o", output, "the HTML file to write (e.g. run.html)")
         check_writable("-o", output)
+        if output != "-" and not output.lower().endswith((".html", ".htm")):
+            raise ConfigError(
+                "-o", output, "an HTML file (ending .html or .htm), or - for stdout"
+            )
         recent = _recent(turns)
         pages = count_option(
             "--sub-agents", sub_agents, REPORT_SUB_AGENTS, low=0, what="sessions"
