@@ -587,7 +587,7 @@ class Agent:
         """
         return await self.driver.run(
             input,
-            session=session or self.session,
+            session=self.session if session is None else session,
             control=control,
             output_type=output_type,
         )
@@ -699,7 +699,7 @@ class Agent:
             async with send:
                 stream._result = await self.driver.run(
                     input,
-                    session=session or self.session,
+                    session=self.session if session is None else session,
                     control=control,
                     hooks=[forward],
                     output_type=output_type,

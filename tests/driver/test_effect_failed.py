@@ -215,8 +215,27 @@ async def approve(ctx: EffectContext, decision: Perform) -> Event:
             "the name of an effect of machine 'review''s phases or of a built-in"
             " effect: call_llm, compact, measure, review, run_tools",
         ),
+        (
+            # The key is at fault: "effects[5]=<function approve>: expected an
+            # async function" blamed the (async) function.
+            {5: approve},
+            "effects",
+            "invalid effects=5: expected a string: the name of an effect of "
+            "machine 'review''s phases",
+        ),
+        (
+            {None: approve},
+            "effects",
+            "invalid effects=None: expected a string: the name of an effect",
+        ),
     ],
-    ids=["a-plain-def", "a-plain-lambda-for-a-built-in", "a-misspelt-name"],
+    ids=[
+        "a-plain-def",
+        "a-plain-lambda-for-a-built-in",
+        "a-misspelt-name",
+        "a-key-not-a-string",
+        "a-key-of-none",
+    ],
 )
 def test_an_effect_that_cannot_run_is_refused_when_the_agent_is_made(
     effects: dict[str, object], field: str, says: str

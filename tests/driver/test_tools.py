@@ -182,6 +182,38 @@ def test_function_tool_refuses_what_is_not_a_function_naming_it() -> None:
         function_tool(search, name=5)  # type: ignore[arg-type]
 
 
+def undocumented(city: str) -> str:
+    return city
+
+
+@pytest.mark.parametrize("description", [0, False, [], "", "   ", "\n"], ids=repr)
+@pytest.mark.parametrize("fn", [search, undocumented], ids=["documented", "bare"])
+def test_a_description_not_a_string_or_blank_is_refused_naming_it(
+    fn: Callable[..., Any], description: object
+) -> None:
+    # A falsy one was replaced by the docstring (5 was refused), and a
+    # blank one reached the model as the tool's only explanation.
+    with pytest.raises(ConfigError) as caught:
+        function_tool(fn, description=description)  # type: ignore[call-overload]
+    field = f"Tool({fn.__name__!r}).description"
+    assert (caught.value.field, caught.value.value) == (field, description)
+    assert "not a blank one" in str(caught.value)
+    with pytest.raises(ConfigError) as made:
+        Tool(
+            name="t",
+            description=description,  # type: ignore[arg-type]
+            parameters=_PARAMETERS,
+            fn=search,
+        )
+    assert made.value.field == "Tool('t').description"
+
+
+def test_no_description_is_the_docstrings_summary_or_the_name() -> None:
+    assert function_tool(search).description == "Search the notes."
+    assert function_tool(search, description=None).description == "Search the notes."
+    assert function_tool(undocumented).description == "undocumented"
+
+
 def test_duplicate_tool_names_are_rejected_saying_how_to_rename() -> None:
     with pytest.raises(ToolError, match="registered twice") as caught:
         tools_by_name([search, search])

@@ -149,17 +149,47 @@ def _not_a_name(_driver: Any, _attr: Any, value: Any) -> None:
         )
 
 
-def _not_a_session(value: object) -> ConfigError:
-    """The refusal of `value` as a run's session; a session's id is shown opened."""
-    if isinstance(value, str):
+def _not_a_session(value: object, *, optional: bool = True) -> ConfigError:
+    """The refusal of `value` as a run's session; a session's id is shown opened.
+
+    `optional`: None is taken too (a new session), as by `Driver.run`.
+    """
+    expected = "a Session or None" if optional else "a Session"
+    if isinstance(value, str) and value.strip():
+        opened = f"await Session.open(agent.store, {value!r})"
         return ConfigError(
             "session",
             value,
-            "a Session or None, not a session's id: "
-            f"session=await Session.open(agent.store, {value!r}) (the stored "
-            "session, or a new one under that id)",
+            f"{expected}, not a session's id: "
+            + (
+                f"session={opened} (the stored session, or a new one under that id)"
+                if optional
+                else f"{opened} (the stored session)"
+            ),
         )
-    return ConfigError("session", value, "a Session or None")
+    return ConfigError("session", value, expected)
+
+
+_CONTROL: Final = _checks.instance(RunControl, "a RunControl or None", optional=True)
+_FORCE: Final = _checks.boolean()
+_REASON: Final = _checks.string()
+
+
+def _check_session_call(session: object, control: object, force: object) -> None:
+    """Refuse the arguments of a call on a stored session, before anything is written.
+
+    What `Driver.resume`, `Driver.abandon` and `Driver.compact` take, as
+    `Driver.run` takes them: `session` a `Session`, `control` a
+    `RunControl` or None, and `force` True or False (a store with no
+    leases would take ``force="no"`` as true).
+
+    Raises:
+        ConfigError: one of them is not that; names it and its value.
+    """
+    if not isinstance(session, Session):
+        raise _not_a_session(session, optional=False)
+    _checks.check(control, "control", _CONTROL)
+    _checks.check(force, "force", _FORCE)
 
 
 _MANAGER: Final = _checks.instance(
@@ -756,8 +786,7 @@ class Driver:
         session = session if session is not None else Session()
         if not isinstance(session, Session):
             raise _not_a_session(session)
-        if control is not None and not isinstance(control, RunControl):
-            raise ConfigError("control", control, "a RunControl or None")
+        _checks.check(control, "control", _CONTROL)
         if run_id is not None:
             _checks.check_id("run_id", run_id)
             if session.has_run(run_id):
@@ -825,9 +854,16 @@ class Driver:
                 abandon it first), or another process holds its lease (take
                 a dead one's over with `force`).
             SessionConflict: another writer appended to the session's log.
-            ConfigError: `run_id` is not a usable id, or a run of `session`
-                has it already.
+            ConfigError: `session` is not a `Session`, `control` not a
+                `RunControl` or None, `force` not True or False, a hook of
+                `hooks` is not one (or the driver has it already), or
+                `run_id` is not a usable id, or a run of `session` has it
+                already (the error names the argument; nothing is written).
         """
+        _check_session_call(session, control, force)
+        if run_id is not None:
+            _checks.check_id("run_id", run_id)
+        hooks = run_hooks(hooks, self.hooks)
         if not session.version:
             # A session is created by its first run: with no log, there is
             # nothing to compact (one another process wrote meanwhile is
@@ -840,16 +876,13 @@ class Driver:
             compacting = self._compacting = attrs.evolve(
                 self, machine=compaction_machine(), output_type=None
             )
-        hooks = run_hooks(hooks, self.hooks)
         waiting = session.open_runs()
         if waiting and waiting[-1].opened.digest == compacting._digest:
             return await compacting.resume(
                 session, waiting[-1].run_id, control=control, hooks=hooks, force=force
             )
-        if run_id is not None:
-            _checks.check_id("run_id", run_id)
-            if session.has_run(run_id):
-                raise ConfigError("run_id", run_id, "an id no run of the session has")
+        if run_id is not None and session.has_run(run_id):
+            raise ConfigError("run_id", run_id, "an id no run of the session has")
         return await start_run(
             compacting, session, (), run_id, control, hooks, None, beside_paused=True
         )
@@ -878,11 +911,14 @@ class Driver:
         answer is read again from the final text.
 
         Raises:
-            ConfigError: no such run; the run is not open; the machine is not
-                the one the run began on; `event` is not an answer the paused
-                run takes: not an event its phase accepts, or tool results
-                for calls it does not wait on (`Pause.check_answer`); or
-                it approves a call whose tool this driver lacks; a hook of
+            ConfigError: `session` is not a `Session`, `run_id` not a usable
+                id, `control` not a `RunControl` or None, or `force` not True
+                or False (the error names the argument); no such run; the
+                run is not open; the machine is not the one the run began
+                on; `event` is not an answer the paused run takes: not an
+                event its phase accepts, or tool results for calls it does
+                not wait on (`Pause.check_answer`); or it approves a call
+                whose tool this driver lacks; a hook of
                 `hooks` is not one, or the driver has it already; the run
                 began with an output type other than `output_type`. Nothing
                 is written: the run stays paused, to be answered again.
@@ -891,6 +927,8 @@ class Driver:
                 holds it and is alive (its lease is live): resume with
                 `force` only if that process is known to be gone.
         """
+        _check_session_call(session, control, force)
+        _checks.check_id("run_id", run_id)
         hooks = run_hooks(hooks, self.hooks)
         output = self._output if output_type is None else self._output_type(output_type)
         return await resume_run(
@@ -911,10 +949,16 @@ class Driver:
         not finish, and no one is waiting on it any more.
 
         Raises:
-            ConfigError: no such run, or the run is not open.
+            ConfigError: `session` is not a `Session`, `run_id` not a usable
+                id, `reason` not a string, or `force` not True or False (the
+                error names the argument; nothing is written); no such run,
+                or the run is not open.
             SessionBusy: another run is using `session`, or another process
                 holds it and is alive (not with `force`).
         """
+        _check_session_call(session, None, force)
+        _checks.check_id("run_id", run_id)
+        _checks.check(reason, "reason", _REASON)
         return await abandon_run(self, session, run_id, reason, force=force)
 
     @property

@@ -44,6 +44,18 @@ _EFFECT_CALL: Final = _checks.Shape(("ctx", "decision"))
 """How the driver calls an effect: ``await effect(ctx, decision)``."""
 
 
+def _unknown_effect(inst: Driver, named: set[str], name: object) -> ConfigError:
+    """The refusal of `name` as a key of `effects`: no effect is named so."""
+    known = sorted(named | set(BUILTIN_EFFECTS))
+    return ConfigError(
+        "effects",
+        name,
+        ("" if isinstance(name, str) else "a string: ")
+        + f"the name of an effect of machine {inst.machine.name!r}'s phases"
+        f" or of a built-in effect: {', '.join(known)}",
+    )
+
+
 def check_effects(inst: Driver, _attr: object, effects: object) -> None:
     """Effects by name, and one for every custom phase of the driver's machine.
 
@@ -55,7 +67,9 @@ def check_effects(inst: Driver, _attr: object, effects: object) -> None:
         raise ConfigError("effects", effects, "a mapping of name to effect")
     named = {s.effect for s in inst.machine.states if s.effect is not None}
     for name, effect in effects.items():
-        if not isinstance(name, str) or not callable(effect):
+        if not isinstance(name, str):  # the key is at fault, not the effect
+            raise _unknown_effect(inst, named, name)
+        if not callable(effect):
             raise ConfigError(f"effects[{name!r}]", effect, "an async function")
         if _checks.is_plain_function(effect):  # it would fail at its first await
             raise ConfigError(
@@ -73,13 +87,7 @@ def check_effects(inst: Driver, _attr: object, effects: object) -> None:
             )
         if name not in named and name not in BUILTIN_EFFECTS:
             # A misspelt name would leave the effect it meant to replace as it is.
-            known = sorted(named | set(BUILTIN_EFFECTS))
-            raise ConfigError(
-                "effects",
-                name,
-                f"the name of an effect of machine {inst.machine.name!r}'s phases"
-                f" or of a built-in effect: {', '.join(known)}",
-            )
+            raise _unknown_effect(inst, named, name)
     for state in inst.machine.states:
         effect = state.effect
         if (

@@ -74,6 +74,11 @@ _SCHEMA: Final = _checks.json_object(
     expected="a JSON schema: a mapping with string keys of JSON values"
 )
 
+_DESCRIPTION: Final = _checks.string(
+    non_empty=True,
+    expected="a string, not a blank one: what the tool does, for the model",
+)
+
 
 @final
 @_checks.keyword_checked
@@ -121,10 +126,10 @@ class Tool:
             value inside, ``Tool('t').parameters.properties.a.default``), or
             not a valid JSON schema of an object, or (without `structure`)
             names a property or a required name `fn` does not take, or
-            leaves out a parameter `fn` takes with no default; `name` or `description`
-            is not a string, `fn` (or `structure`) is not callable, or
-            `in_subprocess` is not True or False (the error names the
-            tool's field: ``Tool('t').fn``).
+            leaves out a parameter `fn` takes with no default; `name` is
+            not a string, `description` not a non-blank string, `fn` (or
+            `structure`) is not callable, or `in_subprocess` is not True or
+            False (the error names the tool's field: ``Tool('t').fn``).
         ToolError: `name` is not 1-64 of ``A-Z a-z 0-9 _ -``, or `fn`
             cannot run in a subprocess.
     """
@@ -156,10 +161,8 @@ class Tool:
 
     @description.validator
     def _check_description(self, _attr: object, value: str) -> None:
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"Tool({self.name!r}).description", value, "a string, for the model"
-            )
+        # A blank one would reach the model as the tool's only explanation.
+        _checks.check(value, f"Tool({self.name!r}).description", _DESCRIPTION)
 
     @structure.validator
     def _check_structure(self, _attr: object, value: object) -> None:
@@ -246,7 +249,8 @@ class Tool:
                 is no value of it (``x: int = "all"``), or `in_subprocess`
                 is set for a function a child process cannot import.
             ConfigError: `fn` is not callable, or an option is of the wrong
-                type (`Tool` names the field).
+                type, or `description` is a blank string (`Tool` names the
+                field).
         """
         if not callable(fn):
             raise ConfigError(
@@ -266,7 +270,8 @@ class Tool:
             )
         tool = cls(
             name=tool_name,
-            description=description or summary or tool_name,
+            # None: the docstring's summary; anything else is `Tool`'s to check.
+            description=(summary or tool_name) if description is None else description,
             parameters=parameters,
             fn=fn,
             structure=structure,
@@ -502,7 +507,8 @@ def function_tool(
     Args:
         fn: The function (omitted when the decorator takes options).
         name: The tool's name; the function's name by default.
-        description: What it does; the docstring's summary by default.
+        description: What it does (a non-blank string); by default (None)
+            the docstring's summary, else the tool's name.
         in_subprocess: Run it in a child process that a timeout kills
             (see `Tool.in_subprocess`).
         idempotent: Safe to run twice: a call cut short by a crash or an
