@@ -456,3 +456,45 @@ def test_a_client_stating_a_window_that_is_not_one_is_refused(stated: Any) -> No
     with pytest.raises(ConfigError) as info:
         Agent(model=Stating())
     assert (info.value.field, info.value.value) == ("model.context_window", stated)
+
+
+@pytest.mark.parametrize(
+    "choose",
+    [
+        pytest.param(lambda m: ContextManager().for_model(m), id="for_model"),
+        pytest.param(window_for, id="window_for"),
+        pytest.param(lambda m: window_for(m, 100_000), id="window_for-given"),
+    ],
+)
+def test_a_models_name_is_refused_showing_where_a_name_is_looked_up(
+    choose: Any,
+) -> None:
+    # for_model("gpt-4o") read the name as a client stating no window: 200,000,
+    # though gpt-4o's is 128,000.
+    with pytest.raises(ConfigError) as info:
+        choose("gpt-4o")
+    assert (info.value.field, info.value.value) == ("model", "gpt-4o")
+    assert "known_window('gpt-4o') looks up a name's (128000)" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [5, None, True, OpenAIModel, ScriptedModel],
+    ids=["int", "none", "bool", "client-class", "scripted-class"],
+)
+def test_what_is_no_model_client_is_refused_naming_the_model(model: Any) -> None:
+    for choose in (ContextManager().for_model, window_for):
+        with pytest.raises(ConfigError) as info:
+            choose(model)
+        assert (info.value.field, info.value.value) == ("model", model)
+    if isinstance(model, type):
+        assert f"an instance, {model.__name__}(), not the class" in str(info.value)
+
+
+def test_any_client_or_object_stating_a_window_is_a_model() -> None:
+    class Stating:
+        context_window = 4096
+
+    assert window_for(Stating()) == 4096
+    assert window_for(ScriptedModel.of("hi")) == FALLBACK_WINDOW
+    assert ContextManager().for_model(openai_model("gpt-4o")).window == 128_000

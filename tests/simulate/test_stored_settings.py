@@ -401,3 +401,59 @@ async def test_a_strategy_changed_between_runs_is_logged_as_it_is_at_each_start(
     ]
     assert kept[1] is not None
     assert kept[1].strategy == "tests.simulate.user_compactor:Tunable"
+
+
+async def _one_run() -> Session:
+    """A stored session of one run: a reply, no pass."""
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel.of("hi"), store=store)
+    assert (await agent.run("hello")).ok
+    return await Session.load(store, agent.session.id)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("compactor", "words"),
+    [
+        (5, "a ContextCompactor"),
+        (0, "a ContextCompactor"),  # was taken as "none given"
+        (TruncatingCompactor, "an instance, TruncatingCompactor(), not the class"),
+        ("truncating", "compactor=strategy_named('truncating')"),
+    ],
+    ids=["int", "falsy", "class", "strategy-name"],
+)
+async def test_a_bad_compactor_given_is_refused_as_the_callers(
+    compactor: object, words: str
+) -> None:
+    # It was refused as the stored log's fault: "invalid session=ContextSettings(...)".
+    stored = await _one_run()
+    with pytest.raises(ConfigError) as caught:
+        stored_context(stored, compactor=compactor)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("compactor", compactor)
+    assert words in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("session", "words"),
+    [
+        ("ses_1", "session=await Session.load(store, 'ses_1')"),
+        (None, "a stored Session"),
+        (5, "a stored Session"),
+    ],
+    ids=["id", "none", "int"],
+)
+def test_what_is_not_a_session_is_refused_naming_it(
+    session: object, words: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        stored_context(session)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("session", session)
+    assert words in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_a_run_id_that_is_not_an_id_is_refused_naming_it() -> None:
+    stored = await _one_run()
+    with pytest.raises(ConfigError) as caught:
+        stored_context(stored, run_id=[])  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("run_id", [])

@@ -11,6 +11,7 @@ from turnfsm import Agent
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.values import Usage
 
 
 def test_a_string_for_the_script_is_refused_not_played_letter_by_letter() -> None:
@@ -124,3 +125,20 @@ def test_a_static_method_in_a_class_body_is_a_handler() -> None:
         model = FakeModelClient(answer)  # type: ignore[arg-type]
 
     assert Scripted.model.requests == []
+
+
+@pytest.mark.parametrize(
+    "usage", [5, "x", {"input_tokens": 3}, (3, 1)], ids=["int", "str", "dict", "tuple"]
+)
+def test_a_usage_that_is_no_usage_is_refused_when_scripted(usage: Any) -> None:
+    # It was kept, and failed only at the first model call.
+    with pytest.raises(ConfigError) as caught:
+        ScriptedModel(["hi"], usage=usage)
+    assert (caught.value.field, caught.value.value) == ("usage", usage)
+    assert "a Usage" in str(caught.value)
+
+
+def test_a_usage_or_none_is_taken() -> None:
+    used = Usage(input_tokens=3, output_tokens=1)
+    assert ScriptedModel(["hi"], usage=used).usage == used
+    assert ScriptedModel(["hi"], usage=None).usage is None

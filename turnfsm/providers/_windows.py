@@ -23,6 +23,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.errors import ConfigError, WindowTooLarge
+from turnfsm.providers._protocol import ModelClient
 from turnfsm.values import Usage
 
 if TYPE_CHECKING:
@@ -367,6 +368,35 @@ def server_window(base_url: str, *, timeout: float = 2.0) -> int | None:
     return n_ctx
 
 
+_CLIENT: Final = _checks.instance(
+    ModelClient,
+    "a model client (async complete()), or an object stating its window "
+    "in an int attribute context_window",
+)
+
+
+def _check_model(model: object) -> None:
+    """Refuse `model` unless it may be a run's model client.
+
+    A model's name is refused showing where a name's window is looked up
+    (`known_window`): here `model` is what `Driver(model=...)` takes, as
+    there, and a name read as a client that states no window would get
+    `FALLBACK_WINDOW` in its place. So would a class, a number or None.
+    """
+    if isinstance(model, str):
+        known = known_window(model) if model.strip() else None
+        found = f" ({known})" if known is not None else ""
+        raise ConfigError(
+            "model",
+            model,
+            "a model client, not a model's name: a client states its window "
+            f"(OpenAIModel({model!r}) does); known_window({model!r}) looks up "
+            f"a name's{found}",
+        )
+    if isinstance(model, type) or not hasattr(model, "context_window"):
+        _checks.check(model, "model", _CLIENT)
+
+
 def window_for(
     model: object, window: int | None = None, *, field: str = "context_window"
 ) -> int:
@@ -383,15 +413,21 @@ def window_for(
     - `window` None: the model's window, else `FALLBACK_WINDOW` (200,000).
 
     Args:
-        model: the model client.
+        model: the model client (or any object stating its window in an
+            int attribute ``context_window``), not a model's name:
+            `known_window` looks a name up.
         window: the configured window in tokens, or None.
         field: the setting's name, as the user wrote it, for the error.
 
     Raises:
         WindowTooLarge: `window` is larger than the model's known window
             (names `field`, the value and the model's figure).
-        ConfigError: the client's ``context_window`` is not an int >= 1 or None.
+        ConfigError: `model` is a model's name (shown with `known_window`),
+            a class, or another value that is neither a `ModelClient` nor
+            states its window (field ``model``); or the client's
+            ``context_window`` is not an int >= 1 or None.
     """
+    _check_model(model)
     known: Any = getattr(model, "context_window", None)
     _checks.check(known, "model.context_window", _WINDOW)
     if window is None:

@@ -601,11 +601,36 @@ def stored_context(
         run_id: The run (None: the session's first).
 
     Raises:
-        ConfigError: `session` has no runs or no run `run_id`, or its
-            compactor cannot be made again (field ``compactor``: only its
-            class name is known; give the context to simulate under).
+        ConfigError: `session` is not a Session (a session's id is shown
+            loaded) or has no runs; `run_id` is not an id or not one of its
+            runs; `compactor` is not a `ContextCompactor` instance (refused
+            as `ContextManager` refuses it, naming the value given); or the
+            recorded compactor cannot be made again (field ``compactor``:
+            only its class name is known; give the context to simulate
+            under).
     """
+    _check_session(session)
     return _stored(session, compactor, run_id)[0]
+
+
+def _check_session(value: object) -> None:
+    """Refuse `value` unless it is a Session; a session's id is shown loaded."""
+    if isinstance(value, Session):
+        return
+    if isinstance(value, str):
+        raise ConfigError(
+            "session",
+            value,
+            "a stored Session, not a session's id: "
+            f"session=await Session.load(store, {value!r})",
+        )
+    raise ConfigError("session", value, "a stored Session")
+
+
+_COMPACTOR: Final = cast(
+    _checks.Check, attrs.fields(ContextManager).compactor.validator
+)
+"""How `ContextManager` checks its compactor: the same check, word for word."""
 
 
 def _stored(
@@ -614,9 +639,13 @@ def _stored(
     run_id: str | None = None,
 ) -> tuple[ContextManager, tuple[str, ...]]:
     """A run's context manager, and what standing in for it loses."""
+    if compactor is not None:
+        # The caller's own argument: refused as theirs, before `_rebuilt`
+        # reads any error of the manager's as the log's fault.
+        _checks.check(compactor, "compactor", _COMPACTOR)
     if not session.runs:
         raise ConfigError("session", session.id, "a session with at least one run")
-    if run_id is not None and not session.has_run(run_id):
+    if run_id is not None and not session.has_run(_checks.check_id("run_id", run_id)):
         raise ConfigError("run_id", run_id, f"a run of session {session.id}")
     run = session.runs[0] if run_id is None else session.run(run_id)
     settings = run.opened.context
@@ -629,7 +658,7 @@ def _stored(
         if names and cls.__name__ == names[0]:
             kind = cls()
     manager = ContextManager(
-        compactor or kind,
+        kind if compactor is None else compactor,
         context_window=budget.context_window or None,
         threshold=budget.threshold or 80,
         threshold_tokens=budget.threshold_tokens,
@@ -648,7 +677,7 @@ def _rebuilt(
     settings: ContextSettings, compactor: ContextCompactor | None
 ) -> tuple[ContextManager, tuple[str, ...]]:
     counter, notes = _counter(settings)
-    compactor = compactor or _compactor(settings)
+    compactor = _compactor(settings) if compactor is None else compactor
     try:
         manager = ContextManager(
             compactor,
@@ -808,8 +837,7 @@ async def simulate(
             field is named), or a run's pinned messages and what its calls
             reserved do not fit the window (field ``context_window``).
     """
-    if not isinstance(session, Session):
-        raise ConfigError("session", session, "a stored Session")
+    _check_session(session)
     runs = session.runs
     if not runs:
         raise ConfigError("session", session.id, "a session with at least one run")

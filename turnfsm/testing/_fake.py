@@ -162,12 +162,24 @@ class ScriptedModel:
     """A `ModelClient` that plays `script` in order: replies, or exceptions to raise.
 
     Raises `AssertionError` when asked for more replies than scripted.
+    `usage`, when given, is reported with every reply that reports none
+    of its own.
+
+    Raises:
+        ConfigError: `script` is a string or not iterable, or holds an
+            item that is neither a reply nor an exception (named by
+            index); `usage` is neither a `Usage` nor None.
     """
 
     script: Sequence[ModelResponse | Message | str | BaseException] = attrs.field(
         converter=_script
     )
-    usage: Usage | None = None
+    usage: Usage | None = attrs.field(
+        default=None,
+        validator=_checks.instance(
+            Usage, "a Usage (Usage(input_tokens=..., output_tokens=...))", optional=True
+        ),
+    )
     requests: list[ModelRequest] = attrs.field(factory=list, init=False)
 
     @classmethod

@@ -14,11 +14,12 @@ lease checks (`turnfsm.testing._store_leases`) run when the store is a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
-from turnfsm.errors import CorruptRecord
+from turnfsm import _checks
+from turnfsm.errors import ConfigError, CorruptRecord
 from turnfsm.persistence import (
     LeasingStore,
     LinkingStore,
@@ -167,6 +168,50 @@ async def _damaged(store: SessionStore, damage: Damage) -> None:
     _same(await store.load("s_sound"), entries, "damaged (the other session)")
 
 
+_FACTORY: Final = _checks.Shape()
+_DAMAGE: Final = _checks.Shape(("store", "session_id"))
+
+
+def _unfit(value: object, shape: _checks.Shape) -> str | None:
+    """Why `value` cannot be called as `shape` says, in parentheses (None: it can)."""
+    if not callable(value):
+        return ""
+    why = _checks.cannot_take(value, shape)
+    return None if why is None else f" ({why})"
+
+
+def _check_arguments(factory: object, damage: object) -> None:
+    """Refuse a `check_store` argument before any check runs.
+
+    A store given for its factory is refused showing the factory (each
+    check needs a fresh store), as `check_compactor` shows the instance
+    for a class.
+    """
+    if not isinstance(factory, type) and isinstance(factory, SessionStore):
+        name = type(factory).__name__
+        raise ConfigError(
+            "factory",
+            factory,
+            "a factory that makes a fresh, empty store (each check needs its "
+            f"own), not a store: check_store(lambda: {name}(...))",
+        )
+    why = _unfit(factory, _FACTORY)
+    if why is not None:
+        raise ConfigError(
+            "factory",
+            factory,
+            f"a function of no arguments that makes a fresh, empty store{why}",
+        )
+    why = None if damage is None else _unfit(damage, _DAMAGE)
+    if why is not None:
+        raise ConfigError(
+            "damage",
+            damage,
+            "None, or a function of a store and a session id that breaks "
+            f"that session{why}: async def damage(store, session_id)",
+        )
+
+
 async def check_store(factory: StoreFactory, *, damage: Damage | None = None) -> None:
     """Check that the stores `factory` makes behave as a `SessionStore` must.
 
@@ -196,7 +241,12 @@ async def check_store(factory: StoreFactory, *, damage: Damage | None = None) ->
 
     Raises:
         AssertionError: naming the first check that failed.
+        ConfigError: before any check, `factory` is not callable with no
+            arguments (a store given for it is shown as a factory:
+            ``lambda: MyStore(...)``), or `damage` is neither None nor
+            callable with a store and a session id.
     """
+    _check_arguments(factory, damage)
     for check in _CHECKS:
         await check(await _make(factory))
     store = await _make(factory)

@@ -117,11 +117,17 @@ class ExtractiveSummaryModel:
     """A `ModelClient` that writes extractive summaries in the 13-section form.
 
     Attributes:
-        max_facts: The most fact lines a summary keeps.
+        max_facts: The most fact lines a summary keeps: an int >= 1.
         requests: Every request it was sent, in order.
+
+    Raises:
+        ConfigError: `max_facts` is not an int in 1..1,000,000 (a bool is
+            not one).
     """
 
-    max_facts: int = 40
+    max_facts: int = attrs.field(
+        default=40, validator=_checks.integer(low=1, high=_checks.MAX_COUNT)
+    )
     requests: list[ModelRequest] = attrs.field(factory=list, init=False)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
