@@ -132,7 +132,10 @@ def is_finite(value: object) -> bool:
     """Return whether `value` is a finite int or float (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return math.isfinite(value)
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past any float: no number a float reads
+        return False
 
 
 def integer(

@@ -1534,3 +1534,26 @@ def test_a_session_id_s_terminal_escapes_are_text_in_every_command(
         assert shown in out.out, out
         assert "\x1b" not in out.out + out.err
         assert "\u202e" not in out.out + out.err
+
+
+@pytest.mark.parametrize("at", [float("inf"), float("nan"), 1e20])
+def test_a_time_no_calendar_holds_is_listed_as_unknown(
+    tmp_path: Path, capsys: Capture, at: float
+) -> None:
+    # A log may hold one (a reset stamped by hand): `list` and `show` raised
+    # the calendar's OverflowError or ValueError.
+    path = tmp_path / "s.db"
+
+    async def write() -> str:
+        async with SQLiteStore(path) as store:
+            agent = Agent(model=ScriptedModel.of("x"), store=store)
+            await agent.run("hi")
+            stamp = BreakerChanged(run_id="", open=False, failures=0, at=at)
+            await agent.session.append(stamp)
+            return agent.session.id
+
+    session_id = anyio.run(write)
+    assert main(["sessions", "list", "--store", str(path)]) == 0
+    listed = capsys.readouterr().out  # its start, and the last time it can say
+    assert re.search(rf"{session_id} +\d{{4}}-\d\d-\d\d [\d:]+ ", listed)
+    assert main(["sessions", "show", session_id, "--store", str(path)]) == 0

@@ -319,7 +319,10 @@ def _when(at: float | None) -> str:
     """Local wall-clock time, to the second ("-" when unknown)."""
     if not at:
         return _NO_TIME
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (OverflowError, ValueError, OSError):  # NaN, or past any calendar
+        return _NO_TIME
 
 
 def _times(session: Session) -> tuple[float | None, float | None]:

@@ -32,7 +32,7 @@ from typing import Any, Final, Literal, TypeAlias, final
 
 import attrs
 
-from turnfsm import _deprecated
+from turnfsm import _checks, _deprecated
 from turnfsm._identity import IdentityMap
 from turnfsm.core import (
     OMITTED_IF_DEFAULT,
@@ -98,6 +98,32 @@ def _mapping(value: Mapping[str, JSONValue]) -> Mapping[str, JSONValue]:
     return MappingProxyType(dict(value))
 
 
+def _is_time(value: object) -> bool:
+    """Whether a log can hold `value` as an entry's `at`: a number, not a bool.
+
+    An int or float that reads back as a float (an int past any float does
+    not). NaN and the infinities pass: logs hold them (a run's clock was
+    not always checked, and a reset took any `at`) and have always read
+    them back, and this check is made again on every entry read. What
+    stamps a time of its own checks that it is finite: the driver's clock
+    (`_checks.clock_reading`), and `Session.reset_breaker`.
+    """
+    if type(value) is float:  # every reading of a clock, every entry read back
+        return True
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        float(value)
+    except OverflowError:  # an int past any float: the log could not read it
+        return False
+    return True
+
+
+_AT: Final = _checks.satisfies(
+    _is_time, "wall-clock seconds: an int or float (not a bool)"
+)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RunOpened:
@@ -117,13 +143,17 @@ class RunOpened:
     the count of its overflow retries again (`Budget.max_overflow_retries`
     counts them in a row); a log written before has it False, and its runs
     replay and resume counting them over the whole run, as they ran.
+
+    Raises:
+        ConfigError: `at` is not wall-clock seconds (an int or float, not a
+            bool); names `at` and the value.
     """
 
     run_id: str
     machine: str
     digest: str
     budget: Budget
-    at: float
+    at: float = attrs.field(validator=_AT)
     context: ContextSettings | None = attrs.field(
         default=None, metadata={OMITTED_IF_DEFAULT: True}
     )
@@ -146,6 +176,10 @@ class EventRecorded:
 
     `phase` and `decision` (a `decision_key`) are what the brain answered;
     a replay checks that a fresh brain answers the same.
+
+    Raises:
+        ConfigError: `at` is not wall-clock seconds (an int or float, not a
+            bool); names `at` and the value.
     """
 
     run_id: str
@@ -153,7 +187,7 @@ class EventRecorded:
     event: Event
     phase: str
     decision: str
-    at: float
+    at: float = attrs.field(validator=_AT)
 
 
 @final
@@ -336,7 +370,12 @@ class Committed:
 @final
 @attrs.frozen(kw_only=True)
 class RunEnded:
-    """A run ended (or paused: `waiting` says for what)."""
+    """A run ended (or paused: `waiting` says for what).
+
+    Raises:
+        ConfigError: `at` is not wall-clock seconds (an int or float, not a
+            bool); names `at` and the value.
+    """
 
     run_id: str
     outcome: Outcome
@@ -346,7 +385,7 @@ class RunEnded:
     usage: Usage = attrs.field(factory=Usage)
     turns: int = 0
     waiting: Pause | None = None
-    at: float = 0.0
+    at: float = attrs.field(default=0.0, validator=_AT)
     compaction_usage: Usage = attrs.field(factory=Usage)
 
 
@@ -365,12 +404,16 @@ class BreakerChanged:
         open: True: opened; False: reset (closed).
         failures: The consecutive failures counted at the change.
         at: Wall-clock seconds.
+
+    Raises:
+        ConfigError: `at` is not wall-clock seconds (an int or float, not a
+            bool); names `at` and the value.
     """
 
     run_id: str
     open: bool
     failures: int
-    at: float = 0.0
+    at: float = attrs.field(default=0.0, validator=_AT)
 
 
 @final

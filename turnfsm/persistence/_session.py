@@ -62,6 +62,11 @@ from turnfsm.persistence._store import (
 __all__ = ["Session", "new_id"]
 
 
+_RESET_AT: Final = _checks.number(
+    expected="wall-clock seconds: a finite int or float (not a bool)"
+)
+
+
 def new_id(prefix: str) -> str:
     """Return a fresh id such as ``run_3f2a...``: 20 random hex digits.
 
@@ -309,9 +314,15 @@ class Session:
         Appends `BreakerChanged(open=False)`; the next pass may call the
         summary model again.
 
+        Args:
+            at: When, in wall-clock seconds (``time.time()``); 0.0: unknown.
+
         Raises:
+            ConfigError: `at` is not a finite int or float (None, a string,
+                a bool, NaN, an infinity); nothing is written.
             SessionConflict: another writer appended to this session first.
         """
+        _checks.check(at, "at", _RESET_AT)
         await self.append(
             BreakerChanged(run_id="", open=False, failures=self._failures, at=at)
         )

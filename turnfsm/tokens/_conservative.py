@@ -56,7 +56,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 from turnfsm.tokens import _render
-from turnfsm.tokens._base import UnitsCounter
+from turnfsm.tokens._base import UnitsCounter, check_units
 from turnfsm.tokens._cache import UnitCache, shared_cache
 
 __all__ = ["ConservativeTokenCounter"]
@@ -320,7 +320,13 @@ class ConservativeTokenCounter(UnitsCounter):
         return _text_units(text) + SCALE * self.message_tokens
 
     def tokens(self, units: int) -> int:
-        """Return `units` in tokens, rounded up."""
+        """Return `units` in tokens, rounded up.
+
+        Raises:
+            ConfigError: `units` is not an int >= 0; names `units` and the value.
+        """
+        if type(units) is not int or units < 0:
+            units = check_units(units)
         return -(-units // SCALE)
 
     def _measure(self, message: Message) -> int:

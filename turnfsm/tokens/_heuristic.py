@@ -9,7 +9,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
-from turnfsm.tokens._base import UnitsCounter
+from turnfsm.tokens._base import UnitsCounter, check_units
 from turnfsm.tokens._cache import UnitCache, shared_cache
 
 __all__ = ["HeuristicTokenCounter"]
@@ -58,7 +58,13 @@ class HeuristicTokenCounter(UnitsCounter):
         return len(text) + _OVERHEAD_CHARS
 
     def tokens(self, units: int) -> int:
-        """Return `units // 4`."""
+        """Return `units // 4`.
+
+        Raises:
+            ConfigError: `units` is not an int >= 0; names `units` and the value.
+        """
+        if type(units) is not int or units < 0:
+            units = check_units(units)
         return units // _CHARS_PER_TOKEN
 
 

@@ -10,7 +10,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
-from turnfsm.tokens._base import UnitsCounter
+from turnfsm.tokens._base import UnitsCounter, check_units
 from turnfsm.tokens._cache import UnitCache, shared_cache
 
 __all__ = ["RatioTokenCounter"]
@@ -94,7 +94,13 @@ class RatioTokenCounter(UnitsCounter):
         return len(text)
 
     def tokens(self, units: int) -> int:
-        """Return `ceil(units / chars_per_token)`, computed exactly."""
+        """Return `ceil(units / chars_per_token)`, computed exactly.
+
+        Raises:
+            ConfigError: `units` is not an int >= 0; names `units` and the value.
+        """
+        if type(units) is not int or units < 0:
+            units = check_units(units)
         ratio = self._ratio
         return -(-units * ratio.denominator // ratio.numerator)
 

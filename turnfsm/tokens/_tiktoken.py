@@ -10,7 +10,7 @@ from turnfsm import _checks
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
-from turnfsm.tokens._base import UnitsCounter
+from turnfsm.tokens._base import UnitsCounter, check_units
 from turnfsm.tokens._cache import UnitCache, shared_cache
 
 __all__ = ["TiktokenCounter"]
@@ -98,7 +98,13 @@ class TiktokenCounter(UnitsCounter):
         return _count(self._encoding(), text) + self.message_tokens
 
     def tokens(self, units: int) -> int:
-        """Return `units` unchanged: units are already tokens."""
+        """Return `units` unchanged: units are already tokens.
+
+        Raises:
+            ConfigError: `units` is not an int >= 0; names `units` and the value.
+        """
+        if type(units) is not int or units < 0:
+            units = check_units(units)
         return units
 
     def _encoding(self) -> Any:
