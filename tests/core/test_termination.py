@@ -658,6 +658,17 @@ NOOP_AGAIN = (
 )
 
 
+RESULT_ON = (
+    '[[transitions]]\ntrigger = "compaction_result"\n'
+    'source = ["compact", "compact_and_retry"]\ndest = "failed"\n'
+    'conditions = ["is_no_progress"]\n'
+)
+RETRY_CALLS = (
+    '[[transitions]]\ntrigger = "compaction_result"\n'
+    'source = "compact_and_retry"\ndest = "call_llm"\n'
+)
+
+
 @pytest.mark.parametrize(
     "narrowed",
     [
@@ -670,6 +681,35 @@ def test_a_no_progress_guard_taken_only_sometimes_bounds_nothing(
     narrowed: str,
 ) -> None:
     """A pass that saved nothing and misses the narrowed guard comes round again."""
+    # Each result the guard lets through lowers the estimate: a pass again
+    # on it is bounded, the guard taken every time.
+    text = edit(
+        STOCK,
+        RETRY_CALLS,
+        RETRY_CALLS.replace(
+            'dest = "call_llm"', 'dest = "compact_and_retry"\nreason = "overflow"'
+        ),
+    )
+    assert "compact_and_retry" in MachineSpec.from_toml(text).phases  # guarded: loads
+    narrowed_text = edit(
+        text,
+        RESULT_ON + 'error = "compaction_stalled"\n',
+        RESULT_ON.replace('conditions = ["is_no_progress"]\n', narrowed)
+        + 'error = "compaction_stalled"\n',
+    )
+
+    assert problems_of(narrowed_text) == (
+        f"cycle compact_and_retry -[compaction_result]-> compact_and_retry {UNBOUNDED}",
+    )
+
+
+def test_a_no_op_after_the_no_progress_guard_bounds_nothing() -> None:
+    """A no-op changed no message: the next pass measures what this one did.
+
+    A no-op that reports a smaller size (a result the context manager
+    declined: it would not pay back) passes the guard every time, and a
+    pass again on it ran for ever. It loaded, bounded by the guard.
+    """
     text = edit(
         STOCK,
         NOOP_AGAIN,
@@ -683,17 +723,11 @@ def test_a_no_progress_guard_taken_only_sometimes_bounds_nothing(
             'reason = "overflow"\nactions = ["record_noop", "count_compaction"]\n'
         ),
     )
-    assert "compact_and_retry" in MachineSpec.from_toml(text).phases  # guarded: loads
-    narrowed_text = edit(
-        text,
-        NOOP_ON + 'error = "compaction_stalled"\n',
-        NOOP_ON.replace('conditions = ["is_no_progress"]\n', narrowed)
-        + 'error = "compaction_stalled"\n',
-    )
-
-    assert problems_of(narrowed_text) == (
+    assert problems_of(text) == (
         f"cycle compact_and_retry -[compaction_noop]-> compact_and_retry {UNBOUNDED}",
     )
+    # A log that holds such a machine is read as its runs ran.
+    assert MachineSpec.from_dict(tomllib.loads(text), recorded=True).phases
 
 
 def test_noop_passes_count_too() -> None:
@@ -850,3 +884,99 @@ def test_an_injection_elsewhere_waits_in_the_inbox() -> None:
         "begin",
         Measure(history=MessageLog([SUMMARY]), pending=MessageLog([NOTE])),
     )
+
+
+RESULT_TO_START = (
+    '[[transitions]]\ntrigger = "compaction_result"\nsource = "compact"\n'
+    'dest = "start"\nactions = ["record_compaction", "count_compaction"]\n'
+)
+
+
+def with_a_note(more: str = 'message = "text"\n') -> str:
+    """The stock machine whose passes go to a phase `note`, which may pass again.
+
+    `note`'s ``more`` signal goes back to `compact` (its transition ends
+    with `more`); ``ok`` goes on to `start`.
+    """
+    text = edit(STOCK, 'name = "turn"\n', 'name = "turn"\nsignals = ["more", "ok"]\n')
+    text = edit(
+        text,
+        "[states]\n",
+        '[states]\nnote              = { effect = "note" }\n',
+    )
+    text = edit(text, RESULT_TO_START, RESULT_TO_START.replace('"start"', '"note"'))
+    text += (
+        '\n[[transitions]]\ntrigger = "more"\nsource = "note"\ndest = "compact"\n'
+        f'reason = "manual"\n{more}'
+    )
+    if "unless" in more:  # the group's end, once the limit is reached
+        text += (
+            '\n[[transitions]]\ntrigger = "more"\nsource = "note"\n'
+            'dest = "failed"\nerror = "compaction_limit_exceeded"\n'
+        )
+    return text + '\n[[transitions]]\ntrigger = "ok"\nsource = "note"\ndest = "start"\n'
+
+
+def test_a_message_on_a_cycle_of_passes_undoes_the_no_progress_bound() -> None:
+    """Each pass saves what the signal's message added, then it is added again.
+
+    It loaded, bounded by the no-progress guard, and a run made thousands of
+    passes a second until it was stopped from outside.
+    """
+    assert problems_of(with_a_note()) == (
+        f"cycle note -[more]-> compact -[compaction_result]-> note {UNBOUNDED} "
+        "(its 'more' adds to the conversation what a pass saved: check "
+        "'is_compaction_limit_reached' before the compact phase, or go through a "
+        "model call)",
+    )
+    # Without the message, each pass lowers the estimate for good: bounded.
+    assert "note" in MachineSpec.from_toml(with_a_note(more="")).phases
+    # Entered only under the compaction limit, the passes in a row end it.
+    limited = with_a_note(
+        more='message = "text"\nunless = ["is_compaction_limit_reached"]\n'
+    )
+    assert "note" in MachineSpec.from_toml(limited).phases
+
+
+def test_tool_results_on_a_cycle_of_passes_undo_the_no_progress_bound() -> None:
+    finished = (
+        '[[transitions]]\ntrigger = "tools_finished"\nsource = "run_tools"\n'
+        'dest = "start"\n'
+    )
+    text = edit(
+        with_a_note(more=""),
+        finished,
+        finished.replace('"start"', '"compact"\nreason = "manual"'),
+    )
+    text = edit(
+        text,
+        '\n[[transitions]]\ntrigger = "ok"\nsource = "note"\ndest = "start"\n',
+        '\n[[transitions]]\ntrigger = "ok"\nsource = "note"\ndest = "run_tools"\n',
+    )
+    assert problems_of(text) == (
+        "cycle run_tools -[tools_finished]-> compact -[compaction_result]-> note "
+        f"-[ok]-> run_tools {UNBOUNDED} (its 'tools_finished' adds to the "
+        "conversation what a pass saved: check 'is_compaction_limit_reached' "
+        "before the compact phase, or go through a model call)",
+    )
+
+
+NOOP_STAYS = (
+    '[[transitions]]\ntrigger = "compaction_noop"\nsource = "compact"\n'
+    'unless = ["is_compaction_limit_reached"]\nactions = ["record_noop"]\n\n'
+)
+
+
+def test_staying_in_a_compact_phase_counts_the_pass() -> None:
+    """A no-op that stays for another pass, uncounted: the limit never came."""
+    text = edit(STOCK, NOOP_ON, NOOP_STAYS + NOOP_ON)
+    assert problems_of(text) == (
+        "phase 'compact' on 'compaction_noop' stays in it for another pass without "
+        "counting the pass: add 'count_compaction' to its actions",
+    )
+    counted = text.replace(
+        'actions = ["record_noop"]\n', 'actions = ["record_noop", "count_compaction"]\n'
+    )
+    assert "compact" in MachineSpec.from_toml(counted).phases
+    # A log that holds such a machine is read as its runs ran.
+    assert MachineSpec.from_dict(tomllib.loads(text), recorded=True).phases

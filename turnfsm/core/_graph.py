@@ -23,6 +23,7 @@ Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
 
 COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
+_RESULT_FEEDS: Final = frozenset({"compaction_result"})
 _COUNTERS: Final = {"has_output_retries_left": "record_rejection"}
 """A retry counter's guard -> the action that spends it (nothing resets one)."""
 
@@ -91,7 +92,7 @@ def check_graph(spec: MachineSpec, problem: Report, *, recorded: bool = False) -
         _check_never_fires(groups, problem)
     _check_termination(spec, groups, problem, recorded=recorded)
     _check_model_calls(spec, groups, problem)
-    _check_compaction_counts(spec, groups, problem)
+    _check_compaction_counts(spec, groups, problem, recorded=recorded)
     _check_cancellation(spec, groups, problem)
 
 
@@ -249,19 +250,33 @@ def _check_compaction_counts(
     spec: MachineSpec,
     groups: Mapping[tuple[str, str], list[TransitionSpec]],
     problem: Report,
+    *,
+    recorded: bool = False,
 ) -> None:
-    """Every way on out of a compact phase counts the pass (max_compactions)."""
+    """Every way on out of a compact phase counts the pass (max_compactions).
+
+    Staying in it on a pass's outcome (a transition with no `dest`) makes
+    another pass, and counts too. A `recorded` machine is read as its runs
+    ran: one that stayed uncounted loaded before this rule.
+    """
     compacts = _phases_emitting(spec, "compact")
     terminal = set(spec.terminal)
     for (src, trigger), group in groups.items():
         if src not in compacts:
             continue
         for t in group:
-            if t.dest is None or t.dest in terminal or _COUNT_COMPACTION in t.actions:
+            if t.dest in terminal or _COUNT_COMPACTION in t.actions:
                 continue
+            if t.dest is None and (recorded or trigger in _EXTERNAL_TRIGGERS):
+                continue
+            where = (
+                "stays in it for another pass"
+                if t.dest is None
+                else f"leaves for {t.dest!r}"
+            )
             problem(
-                f"phase {src!r} on {trigger!r} leaves for {t.dest!r} without "
-                f"counting the pass: add {_COUNT_COMPACTION!r} to its actions",
+                f"phase {src!r} on {trigger!r} {where} without counting the "
+                f"pass: add {_COUNT_COMPACTION!r} to its actions",
                 t,
             )
 
@@ -302,6 +317,15 @@ _RESETS_PASSES: Final = frozenset({"record_reply", "record_rejection"})
 """The reducers that start the counts in a row (passes, overflow retries) again.
 
 Each records a reply and counts a turn.
+"""
+
+_ADDS_MESSAGES: Final = frozenset({"record_results", "record_review"})
+"""The reducers that add to the conversation without a reply: tool results.
+
+A signal's transition that adds its message (``message = KEY``, a sub-agent's
+answer among them) does too. Each raises the estimate that a compaction
+result after the no-progress guard lowers, so a cycle through one is not
+bounded by that guard.
 """
 
 _CYCLE_STARTS: Final = 64
@@ -365,11 +389,16 @@ def _check_termination(
     # Each step -> whether every transition taking it does so only under the
     # turn limit (see `_reset_cycles`).
     turn_checked: dict[tuple[_Node, str, _Node], bool] = {}
+    # The graph with the compaction results after the no-progress guard kept,
+    # and the steps that add to the conversation (see `_growing_cycles`).
+    shrinking: dict[_Node, list[tuple[str, _Node]]] = {}
+    grows: list[tuple[_Node, str, _Node]] = []
     for phase in spec.phases:
         full[(phase, False)] = []
         if phase in calls:
             full[(phase, True)] = []
     edges = {node: [] for node in full}
+    shrinking = {node: [] for node in full}
     for (src, trigger), group in groups.items():
         for index, t in enumerate(group):
             dest = t.dest
@@ -380,14 +409,18 @@ def _check_termination(
             if dest in terminal or _spends_a_counter(t, counters):
                 continue
             # Bounded by a count in a row: on a cycle with no reply.
-            limited = (
-                _spends_a_counter(t, in_a_row)
-                or (dest in compacts and _is_limit_checked(group, index, terminal))
-            ) or (
+            in_a_row_limited = _spends_a_counter(t, in_a_row) or (
+                dest in compacts and _is_limit_checked(group, index, terminal)
+            )
+            # A result the no-progress guard let through lowered the estimate
+            # (a no-op changed no message: the next pass measures the same).
+            shrinks = (
                 src in compacts
-                and trigger in COMPACTION_FEEDS
+                and trigger in (COMPACTION_FEEDS if recorded else _RESULT_FEEDS)
                 and checks_first(group, index, _NO_PROGRESS, terminal, terminal)
             )
+            limited = in_a_row_limited or shrinks
+            adds = t.message is not None or bool(_ADDS_MESSAGES & set(t.actions))
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
             under_turn_limit = trigger == "measured" and _is_turn_checked(
@@ -399,6 +432,10 @@ def _check_termination(
                     continue
                 if not limited and step not in edges[node]:
                     edges[node].append(step)
+                if not in_a_row_limited and step not in shrinking[node]:
+                    shrinking[node].append(step)
+                    if adds and not recorded:
+                        grows.append((node, trigger, target))
                 key = (node, *step)
                 turn_checked[key] = turn_checked.get(key, True) and under_turn_limit
                 if step not in full[node]:
@@ -419,14 +456,23 @@ def _check_termination(
         )
         named.append((order[cycle[0][0]], cycle))
     named.extend(_reset_cycles(spec, full, resets, edges, turn_checked))
-    for _, cycle in sorted(named):
+    growing = _growing_cycles(spec, shrinking, grows, edges)
+    adding = {id(cycle) for _, cycle in growing}
+    for _, cycle in sorted([*named, *growing]):
         steps = [f"{phase} -[{trigger}]->" for phase, trigger in cycle]
         if len(steps) > SHOWN_STEPS:  # a generated machine's: its start is enough
             steps[SHOWN_STEPS:] = [f"... ({len(cycle) - SHOWN_STEPS} more steps) ->"]
         path = " ".join(steps)
+        why = (
+            f" (its {cycle[0][1]!r} adds to the conversation what a pass saved: "
+            f"check {_COMPACTION_LIMIT!r} before the compact phase, or go through "
+            "a model call)"
+            if id(cycle) in adding
+            else ""
+        )
         problem(
             f"cycle {path} {cycle[0][0]} is not bounded by a model call, a retry "
-            "counter or the no-progress guard",
+            f"counter or the no-progress guard{why}",
             cycle[0][0],
         )
 
@@ -498,6 +544,47 @@ def _reset_cycles(
         back = [] if dest == src else _cycle_from(dest, component, full, until=src)
         cycle = [(src[0], trigger), *back]
         named.append((order[src[0]], cycle))
+    return named
+
+
+def _growing_cycles(
+    spec: MachineSpec,
+    shrinking: Mapping[_Node, list[tuple[str, _Node]]],
+    grows: Sequence[tuple[_Node, str, _Node]],
+    bounded_elsewhere: Mapping[_Node, list[tuple[str, _Node]]],
+) -> list[tuple[int, list[tuple[str, str]]]]:
+    """The cycles bounded by the no-progress guard that add to the conversation.
+
+    `shrinking` holds every step but those bounded by another count (turns,
+    retries, passes in a row), so its cycles are bounded by the compaction
+    results after the no-progress guard alone. A step on one of them that
+    adds a message (tool results, a signal's message) raises the estimate
+    those results lowered, so the cycle is bounded by nothing: a pass that
+    saves what the message added, then the message again, for ever. The
+    cycles without such a result are found with `bounded_elsewhere`; the
+    ones found here go through one, and are named from their adding step.
+    """
+    order = {p: i for i, p in enumerate(spec.phases)}
+    adjacent = {n: [d for _, d in out] for n, out in shrinking.items()}
+    components = _cycles(adjacent)
+    where = {node: i for i, c in enumerate(components) for node in c}
+    plain = _cycles({n: [d for _, d in out] for n, out in bounded_elsewhere.items()})
+    named_already = {node: i for i, c in enumerate(plain) for node in c}
+    named: list[tuple[int, list[tuple[str, str]]]] = []
+    seen: set[int] = set()
+    for src, trigger, dest in grows:
+        home = where.get(src)
+        if home is None or where.get(dest) != home or home in seen:
+            continue
+        if named_already.get(src, -1) == named_already.get(dest, -2):
+            continue  # on a cycle that no pass bounds, named already
+        seen.add(home)
+        back = (
+            []
+            if dest == src
+            else _cycle_from(dest, components[home], shrinking, until=src)
+        )
+        named.append((order[src[0]], [(src[0], trigger), *back]))
     return named
 
 
