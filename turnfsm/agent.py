@@ -759,7 +759,8 @@ class Agent:
         Raises:
             ConfigError: it was called from async code, with an event loop
                 already running in this thread (``await agent.run(...)``
-                there instead); nothing was started or written.
+                there instead); `session` is a session's id (shown opened
+                from synchronous code); nothing was started or written.
         """
         running = _running_loop()
         if running is not None:
@@ -769,6 +770,15 @@ class Agent:
                 "a call from synchronous code: run_sync cannot be called "
                 f"from a running event loop (here: {running}); "
                 "await agent.run(...) instead",
+            )
+        if isinstance(session, str) and session.strip():
+            # `run` would show it opened with an await, which this code has not.
+            raise ConfigError(
+                "session",
+                session,
+                "a Session or None, not a session's id: session=anyio.run("
+                f"Session.open, agent.store, {session!r}) (the stored session, "
+                "or a new one under that id)",
             )
         return anyio.run(
             functools.partial(

@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import tomllib
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -826,6 +827,21 @@ def test_agent_run_sync_takes_run_s_output_type_and_control() -> None:
     control.cancel("not now")
     cancelled = Agent(model=ScriptedModel.of("never")).run_sync("x", control=control)
     assert cancelled.outcome == "cancelled"
+
+
+def test_agent_run_sync_given_a_session_id_shows_it_opened_without_await(
+    tmp_path: Path,
+) -> None:
+    # It showed `session=await Session.open(...)`, which sync code cannot write.
+    agent = Agent(model=ScriptedModel.of("one"), store=str(tmp_path / "s.db"))
+    with pytest.raises(ConfigError) as caught:
+        agent.run_sync("hi", session="my-thread")  # type: ignore[arg-type]
+    assert caught.value.field == "session"
+    hint = "session=anyio.run(Session.open, agent.store, 'my-thread')"
+    assert hint in str(caught.value)
+    assert "await" not in str(caught.value)
+    opened = anyio.run(Session.open, agent.store, "my-thread")  # as it says
+    assert agent.run_sync("hi", session=opened).text == "one"
 
 
 async def test_agent_run_sync_in_a_running_event_loop_is_refused_first(
