@@ -388,10 +388,15 @@ class ContextManager(OldEntryPoints):
         200,000); with one, the manager itself once the window is checked
         against the model's. A `Driver` calls it when it is built.
 
+        `model` is the model client, not a model's name (`known_window`
+        looks a name's window up).
+
         Raises:
             WindowTooLarge: `context_window` is larger than the model's
                 known window (`field` names it in the message).
-            ConfigError: `threshold_tokens` is over the model's window.
+            ConfigError: `threshold_tokens` is over the model's window; or
+                `model` is no model client (a model's name, a class, a
+                number: field ``model``).
         """
         window = window_for(model, self.context_window, field=field)
         if window == self.context_window:
