@@ -771,13 +771,14 @@ class Agent:
                 f"from a running event loop (here: {running}); "
                 "await agent.run(...) instead",
             )
-        if isinstance(session, str) and session.strip():
+        given: object = session  # typed a Session; code of yours may pass an id
+        if isinstance(given, str) and given.strip():
             # `run` would show it opened with an await, which this code has not.
             raise ConfigError(
                 "session",
                 session,
                 "a Session or None, not a session's id: session=anyio.run("
-                f"Session.open, agent.store, {session!r}) (the stored session, "
+                f"Session.open, agent.store, {given!r}) (the stored session, "
                 "or a new one under that id)",
             )
         return anyio.run(
