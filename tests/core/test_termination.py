@@ -925,7 +925,8 @@ def test_a_message_on_a_cycle_of_passes_undoes_the_no_progress_bound() -> None:
     """
     assert problems_of(with_a_note()) == (
         f"cycle note -[more]-> compact -[compaction_result]-> note {UNBOUNDED} "
-        "(its 'more' adds to the conversation what a pass saved: check "
+        "(its 'more' adds the signal's 'text' to the conversation, undoing what a "
+        "pass saved: check "
         "'is_compaction_limit_reached' before the compact phase, or go through a "
         "model call)",
     )
@@ -955,8 +956,9 @@ def test_tool_results_on_a_cycle_of_passes_undo_the_no_progress_bound() -> None:
     )
     assert problems_of(text) == (
         "cycle run_tools -[tools_finished]-> compact -[compaction_result]-> note "
-        f"-[ok]-> run_tools {UNBOUNDED} (its 'tools_finished' adds to the "
-        "conversation what a pass saved: check 'is_compaction_limit_reached' "
+        f"-[ok]-> run_tools {UNBOUNDED} (its 'tools_finished' adds tool results to "
+        "the conversation, undoing what a pass saved: check "
+        "'is_compaction_limit_reached' "
         "before the compact phase, or go through a model call)",
     )
 
@@ -980,3 +982,60 @@ def test_staying_in_a_compact_phase_counts_the_pass() -> None:
     assert "compact" in MachineSpec.from_toml(counted).phases
     # A log that holds such a machine is read as its runs ran.
     assert MachineSpec.from_dict(tomllib.loads(text), recorded=True).phases
+
+
+def test_a_guarded_twin_before_the_step_that_adds_hides_nothing() -> None:
+    """The step is the same (phase, trigger, phase): either transition takes it.
+
+    The second, which adds its message, was left out of the proof once the
+    first (guarded, adding nothing) had put the step in.
+    """
+    text = with_a_note(more='conditions = ["has_injected_messages"]\n') + (
+        '\n[[transitions]]\ntrigger = "more"\nsource = "note"\ndest = "compact"\n'
+        'reason = "manual"\nmessage = "text"\n'
+    )
+    assert problems_of(text) == (
+        f"cycle note -[more]-> compact -[compaction_result]-> note {UNBOUNDED} "
+        "(its 'more' adds the signal's 'text' to the conversation, undoing what a "
+        "pass saved: check 'is_compaction_limit_reached' before the compact phase, "
+        "or go through a model call)",
+    )
+
+
+OVERFLOW = (
+    '[[transitions]]\ntrigger = "context_overflowed"\nsource = "call_llm"\n'
+    'dest = "compact_and_retry"\nconditions = ["has_overflow_retries_left"]\n'
+    'reason = "overflow"\nactions = ["count_overflow"]\n\n'
+    '[[transitions]]\ntrigger = "context_overflowed"\nsource = "call_llm"\n'
+    'dest = "failed"\nerror = "context_exceeded"\n'
+)
+
+
+def test_messages_injected_on_a_cycle_of_passes_undo_the_no_progress_bound() -> None:
+    """A hook that injects a message at every step: each pass saves it, for ever.
+
+    Every overflow goes to a pass, whose result is measured again: bounded by
+    the no-progress guard alone, and `start` takes in what was injected.
+    """
+    text = edit(
+        STOCK,
+        OVERFLOW,
+        '[[transitions]]\ntrigger = "context_overflowed"\nsource = "call_llm"\n'
+        'dest = "compact_and_retry"\nreason = "overflow"\n',
+    )
+    text = edit(text, RETRY_CALLS, RETRY_CALLS.replace('"call_llm"', '"start"'))
+    text = edit(  # a no-op ends it: only the results come round
+        text,
+        NOOP_AGAIN,
+        NOOP_AGAIN.replace('["compact", "compact_and_retry"]', '"compact"')
+        + '\n[[transitions]]\ntrigger = "compaction_noop"\n'
+        'source = "compact_and_retry"\ndest = "failed"\n'
+        'error = "compaction_stalled"\n',
+    )
+    assert problems_of(text) == (
+        "cycle compact_and_retry -[compaction_result]-> start -[measured]-> call_llm "
+        f"-[context_overflowed]-> compact_and_retry {UNBOUNDED} (its "
+        "'compaction_result' enters 'start', which takes in injected messages, "
+        "undoing what a pass saved: check 'is_compaction_limit_reached' before the "
+        "compact phase, or go through a model call)",
+    )

@@ -319,15 +319,6 @@ _RESETS_PASSES: Final = frozenset({"record_reply", "record_rejection"})
 Each records a reply and counts a turn.
 """
 
-_ADDS_MESSAGES: Final = frozenset({"record_results", "record_review"})
-"""The reducers that add to the conversation without a reply: tool results.
-
-A signal's transition that adds its message (``message = KEY``, a sub-agent's
-answer among them) does too. Each raises the estimate that a compaction
-result after the no-progress guard lowers, so a cycle through one is not
-bounded by that guard.
-"""
-
 _CYCLE_STARTS: Final = 64
 """How many phases of a cycle the search for its shortest one starts from."""
 
@@ -392,13 +383,14 @@ def _check_termination(
     # The graph with the compaction results after the no-progress guard kept,
     # and the steps that add to the conversation (see `_growing_cycles`).
     shrinking: dict[_Node, list[tuple[str, _Node]]] = {}
-    grows: list[tuple[_Node, str, _Node]] = []
+    grows: dict[tuple[_Node, str, _Node], str] = {}
     for phase in spec.phases:
         full[(phase, False)] = []
         if phase in calls:
             full[(phase, True)] = []
     edges = {node: [] for node in full}
     shrinking = {node: [] for node in full}
+    entered = {state.name: set(state.on_enter) for state in spec.states}
     for (src, trigger), group in groups.items():
         for index, t in enumerate(group):
             dest = t.dest
@@ -420,7 +412,7 @@ def _check_termination(
                 and checks_first(group, index, _NO_PROGRESS, terminal, terminal)
             )
             limited = in_a_row_limited or shrinks
-            adds = t.message is not None or bool(_ADDS_MESSAGES & set(t.actions))
+            adds = _what_adds(t, entered)
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
             under_turn_limit = trigger == "measured" and _is_turn_checked(
@@ -432,10 +424,12 @@ def _check_termination(
                     continue
                 if not limited and step not in edges[node]:
                     edges[node].append(step)
-                if not in_a_row_limited and step not in shrinking[node]:
-                    shrinking[node].append(step)
+                if not in_a_row_limited:
+                    if step not in shrinking[node]:
+                        shrinking[node].append(step)
+                    # Any transition taking the step may be the one that adds.
                     if adds and not recorded:
-                        grows.append((node, trigger, target))
+                        grows.setdefault((node, trigger, target), adds)
                 key = (node, *step)
                 turn_checked[key] = turn_checked.get(key, True) and under_turn_limit
                 if step not in full[node]:
@@ -457,14 +451,15 @@ def _check_termination(
         named.append((order[cycle[0][0]], cycle))
     named.extend(_reset_cycles(spec, full, resets, edges, turn_checked))
     growing = _growing_cycles(spec, shrinking, grows, edges)
-    adding = {id(cycle) for _, cycle in growing}
-    for _, cycle in sorted([*named, *growing]):
+    named.extend((order, cycle) for order, cycle, _ in growing)
+    adding = {id(cycle): what for _, cycle, what in growing}
+    for _, cycle in sorted(named):
         steps = [f"{phase} -[{trigger}]->" for phase, trigger in cycle]
         if len(steps) > SHOWN_STEPS:  # a generated machine's: its start is enough
             steps[SHOWN_STEPS:] = [f"... ({len(cycle) - SHOWN_STEPS} more steps) ->"]
         path = " ".join(steps)
         why = (
-            f" (its {cycle[0][1]!r} adds to the conversation what a pass saved: "
+            f" ({adding[id(cycle)]}, undoing what a pass saved: "
             f"check {_COMPACTION_LIMIT!r} before the compact phase, or go through "
             "a model call)"
             if id(cycle) in adding
@@ -547,12 +542,29 @@ def _reset_cycles(
     return named
 
 
+def _what_adds(t: TransitionSpec, entered: Mapping[str, set[str]]) -> str:
+    """What `t` adds to the conversation without a reply, as a problem says it.
+
+    Empty when it adds nothing: no message of its signal, no tool results,
+    no injected messages taken in (by its actions, or its phase's `on_enter`).
+    """
+    if t.message is not None:
+        return f"its {t.trigger!r} adds the signal's {t.message!r} to the conversation"
+    if {"record_results", "record_review"} & set(t.actions):
+        return f"its {t.trigger!r} adds tool results to the conversation"
+    if "flush_inbox" in t.actions:
+        return f"its {t.trigger!r} takes in the messages injected meanwhile"
+    if t.dest is not None and "flush_inbox" in entered.get(t.dest, ()):
+        return f"its {t.trigger!r} enters {t.dest!r}, which takes in injected messages"
+    return ""
+
+
 def _growing_cycles(
     spec: MachineSpec,
     shrinking: Mapping[_Node, list[tuple[str, _Node]]],
-    grows: Sequence[tuple[_Node, str, _Node]],
+    grows: Mapping[tuple[_Node, str, _Node], str],
     bounded_elsewhere: Mapping[_Node, list[tuple[str, _Node]]],
-) -> list[tuple[int, list[tuple[str, str]]]]:
+) -> list[tuple[int, list[tuple[str, str]], str]]:
     """The cycles bounded by the no-progress guard that add to the conversation.
 
     `shrinking` holds every step but those bounded by another count (turns,
@@ -562,7 +574,8 @@ def _growing_cycles(
     those results lowered, so the cycle is bounded by nothing: a pass that
     saves what the message added, then the message again, for ever. The
     cycles without such a result are found with `bounded_elsewhere`; the
-    ones found here go through one, and are named from their adding step.
+    ones found here go through one, and are named from their adding step,
+    with what it adds (`_what_adds`).
     """
     order = {p: i for i, p in enumerate(spec.phases)}
     adjacent = {n: [d for _, d in out] for n, out in shrinking.items()}
@@ -570,9 +583,9 @@ def _growing_cycles(
     where = {node: i for i, c in enumerate(components) for node in c}
     plain = _cycles({n: [d for _, d in out] for n, out in bounded_elsewhere.items()})
     named_already = {node: i for i, c in enumerate(plain) for node in c}
-    named: list[tuple[int, list[tuple[str, str]]]] = []
+    named: list[tuple[int, list[tuple[str, str]], str]] = []
     seen: set[int] = set()
-    for src, trigger, dest in grows:
+    for (src, trigger, dest), what in grows.items():
         home = where.get(src)
         if home is None or where.get(dest) != home or home in seen:
             continue
@@ -584,7 +597,7 @@ def _growing_cycles(
             if dest == src
             else _cycle_from(dest, components[home], shrinking, until=src)
         )
-        named.append((order[src[0]], [(src[0], trigger), *back]))
+        named.append((order[src[0]], [(src[0], trigger), *back], what))
     return named
 
 
