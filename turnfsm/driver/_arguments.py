@@ -32,6 +32,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from turnfsm import _checks
 from turnfsm._json import strict_loads
 from turnfsm.errors import ConfigError
 
@@ -50,6 +51,8 @@ MAX_PROBLEMS: Final = 20
 """Problems listed in one error result; the rest are counted."""
 MAX_VALUE_CHARS: Final = 60
 """A value given is shown up to this many characters."""
+MAX_REFUSAL_CHARS: Final = 1_000
+"""A validator's refusal (its exception's message) is shown up to this many."""
 
 _ROOT_FAILURES: Final = frozenset({"type", "enum", "const", None})
 _JSON_TYPES: Final = (
@@ -530,7 +533,13 @@ def _cattrs_problems(exc: BaseException, path: Path) -> Iterator[Problem]:
         for problem in problems_of:
             yield attrs.evolve(problem, path=(*path, *problem.path))
         return
-    yield Problem(path, f"refused: {type(exc).__name__}: {exc}")
+    # A validator's message, read even when its `__str__` raises, and cut:
+    # a re-ask sends it to the model whole, pinned until the answer fits.
+    text = _checks.message_of(exc)
+    if len(text) > MAX_REFUSAL_CHARS:
+        cut = len(text) - MAX_REFUSAL_CHARS
+        text = f"{text[:MAX_REFUSAL_CHARS]}[... {cut} characters cut]"
+    yield Problem(path, f"refused: {type(exc).__name__}: {text}")
 
 
 def _step(exc: BaseException) -> Path:

@@ -42,6 +42,7 @@ bugs propagate unchanged (the run is logged as crashed first, `_ending`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Final
@@ -98,6 +99,7 @@ from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
 from turnfsm.driver._output import asked_for, output_digest
 from turnfsm.driver._subagents import ChildTally
+from turnfsm.driver._tools import cancel_requested
 from turnfsm.errors import (
     ConfigError,
     ContinuedAsNew,
@@ -475,7 +477,15 @@ class RunLoop(Ending):
             logger.error("run %s: %s", self.run_id, exc)
             self.step = None
             return await self.end(None, exc)
-        except (anyio.get_cancelled_exc_class(), KeyboardInterrupt):
+        except (anyio.get_cancelled_exc_class(), KeyboardInterrupt) as exc:
+            if isinstance(exc, asyncio.CancelledError) and not cancel_requested():
+                # Raised by the run's own code (a model client or an effect
+                # that awaited something cancelled elsewhere), not a cancel
+                # of the run: its crash, as any other exception of theirs,
+                # not an interruption that leaves the session held.
+                with anyio.CancelScope(shield=True):
+                    await self.crash(exc)
+                raise
             self._keep_spent()
             with anyio.CancelScope(shield=True):
                 await self.interrupt(_INTERRUPTED)

@@ -9,6 +9,7 @@ model call or compaction pass it was raised in takes it for its own failure.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
@@ -210,8 +211,12 @@ class HookDispatcher:
         return cls(hooks, strict)
 
 
-_HOOK_FAULTS: Final = (Exception, SystemExit, GeneratorExit)
-"""What a hook may raise that is its own fault, not the process's signal."""
+_HOOK_FAULTS: Final = (Exception, SystemExit, GeneratorExit, asyncio.CancelledError)
+"""What a hook may raise that is its own fault, not the process's signal.
+
+A hook is called synchronously, so no cancel of the run can reach it: a
+`CancelledError` out of one is its own (it awaited nothing; it raised it).
+"""
 
 _COMPACTION_METHODS = ("on_compaction_pass", *DEPRECATED_METHODS)
 

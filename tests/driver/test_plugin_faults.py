@@ -1,0 +1,142 @@
+"""Faults of the code a user plugs in, with the exceptions it rarely raises.
+
+A validator whose message cannot be read or runs to a megabyte, a
+`CancelledError` that nothing asked for, a compaction effect of the user's
+that says it saved what it did not: each is the plug-in's failure, told as
+such, and the session stays usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import attrs
+import pytest
+
+from turnfsm import Agent
+from turnfsm.core import Compact, CompactionResult, Event
+from turnfsm.driver import EffectContext, Session
+from turnfsm.errors import InvalidReturn, RunCrashed
+from turnfsm.hooks import Hook, OutcomeInfo, RunEndInfo
+from turnfsm.messages import Message
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient, ScriptedModel
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """asyncio's: a `CancelledError` nothing asked for is asyncio's own."""
+    return "asyncio"
+
+
+class Unreadable(Exception):
+    """An exception whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str boom")
+
+
+def refuse_bad(_inst: object, _attr: object, value: str) -> None:
+    if value == "unreadable":
+        raise Unreadable
+    if value == "long":
+        raise ValueError("S" * 1_000_000)
+
+
+@attrs.define
+class Named:
+    name: str = attrs.field(validator=refuse_bad)
+
+
+@pytest.mark.parametrize("bad", ["unreadable", "long"])
+async def test_a_validators_refusal_is_told_to_the_model_and_asked_again(
+    bad: str,
+) -> None:
+    # An unreadable message crashed the run (RuntimeError from the re-ask's
+    # text); a megabyte one was pinned whole and failed it, ContextExceeded.
+    model = ScriptedModel.of(f'{{"name": "{bad}"}}', '{"name": "fine"}')
+    result = await Agent(model=model).run("go", output_type=Named)
+    assert result.outcome == "done", result.error
+    assert result.output == Named("fine")
+    asked = model.requests[1].messages[-1].text
+    if bad == "unreadable":
+        assert "Unreadable: (its message could not be read" in asked
+    else:
+        assert "[... 999000 characters cut]" in asked
+        assert len(asked) < 2_000
+
+
+async def cancelled_elsewhere() -> None:
+    """Await a future something else cancelled: a CancelledError, asked by no one."""
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
+async def test_a_model_client_that_raises_cancelled_error_crashes_the_run() -> None:
+    # It was logged interrupted, as if the run had been cancelled: the
+    # session stayed held (SessionBusy) until the run was resumed or abandoned.
+    calls = [0]
+
+    async def handler(_request: ModelRequest) -> ModelResponse:
+        calls[0] += 1
+        if calls[0] == 1:
+            await cancelled_elsewhere()
+        return ModelResponse(message=Message.assistant("fine"))
+
+    agent = Agent(model=FakeModelClient(handler))
+    with pytest.raises(asyncio.CancelledError):
+        await agent.run("go")
+    run = agent.session.runs[-1]
+    assert run.outcome == "failed"
+    assert isinstance(run.error, RunCrashed)
+    assert run.error.type == "CancelledError"
+    assert not agent.session.open_runs()
+    assert (await agent.run("again")).text == "fine"  # the session is free
+
+
+class CancelsAtTheEnd(Hook):
+    """A hook that raises CancelledError, which no cancel of the run can reach."""
+
+    def __init__(self) -> None:
+        self.ends = 0
+
+    def on_run_end(self, info: RunEndInfo) -> None:
+        self.ends += 1
+        raise asyncio.CancelledError
+
+    def on_outcome(self, info: OutcomeInfo) -> None:
+        raise asyncio.CancelledError
+
+
+async def test_a_hook_that_raises_cancelled_error_is_detached() -> None:
+    # The caller got CancelledError in place of a run logged done.
+    hook = CancelsAtTheEnd()
+    agent = Agent(model=ScriptedModel.of("one", "two"), hooks=[hook])
+    assert (await agent.run("go")).text == "one"
+    assert (await agent.run("again")).text == "two"
+    assert hook.ends == 0  # detached at its first raise, before the run's end
+
+
+async def test_a_pass_of_the_users_that_saved_nothing_but_says_it_did_fails() -> None:
+    # A machine whose passes are bounded by the no-progress guard alone made
+    # them for ever: the guard reads the sizes the pass says.
+    async def says_it_saved(ctx: EffectContext, decision: Compact) -> Event:
+        messages: Sequence[Message] = decision.messages
+        return CompactionResult(messages, before=1_000, after=10)
+
+    session = Session()
+    agent = Agent(
+        model=ScriptedModel.of("one"),
+        effects={"compact": says_it_saved},
+        session=session,
+    )
+    await agent.run("go " * 50)
+    result = await agent.driver.compact(session)  # a manual pass: the effect's
+    assert result.outcome == "failed"
+    assert isinstance(result.error, InvalidReturn)
+    assert "CompactionResult(before=1000, after=10)" in str(result.error)
+    assert "so it saved nothing" in str(result.error)
