@@ -17,7 +17,7 @@ import pytest
 from turnfsm import Agent
 from turnfsm.core import Compact, CompactionResult, Event
 from turnfsm.driver import EffectContext, Session
-from turnfsm.errors import InvalidReturn, RunCrashed
+from turnfsm.errors import EffectFailed, InvalidReturn, RunCrashed
 from turnfsm.hooks import Hook, OutcomeInfo, RunEndInfo
 from turnfsm.messages import Message
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -140,3 +140,17 @@ async def test_a_pass_of_the_users_that_saved_nothing_but_says_it_did_fails() ->
     assert isinstance(result.error, InvalidReturn)
     assert "CompactionResult(before=1000, after=10)" in str(result.error)
     assert "so it saved nothing" in str(result.error)
+
+
+async def test_an_effect_of_yours_that_raises_cancelled_error_fails_the_run() -> None:
+    # It was logged interrupted, and the session held, as for a cancel.
+    async def call(ctx: EffectContext, decision: object) -> Event:
+        await cancelled_elsewhere()
+        raise AssertionError("not reached")
+
+    agent = Agent(model=ScriptedModel.of("one"), effects={"call_llm": call})
+    result = await agent.run("go")
+    assert result.outcome == "failed"
+    assert isinstance(result.error, EffectFailed)
+    assert (result.error.effect, result.error.type) == ("call_llm", "CancelledError")
+    assert not agent.session.open_runs()

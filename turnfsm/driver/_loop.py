@@ -655,7 +655,9 @@ class RunLoop(Ending):
         step = self.step = self._context(decision)
         try:
             event = await carry_out(self.settings, step, decision, self.control)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancel_requested():
+                raise  # the run is cancelled; one nothing asked for is the effect's
             # Typed already (a durable run's EffectFailed among them), except
             # a value an effect of yours made wrong (a Signal's data, a
             # Message), which is its failure like any exception it raises.
