@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 from turnfsm import Agent
-from turnfsm.core import Compact, CompactionResult, Event
+from turnfsm.core import Compact, CompactionNoop, CompactionResult, Event
 from turnfsm.driver import EffectContext, Session
 from turnfsm.errors import EffectFailed, InvalidReturn, RunCrashed
 from turnfsm.hooks import Hook, OutcomeInfo, RunEndInfo
@@ -88,8 +88,9 @@ async def test_a_model_client_that_raises_cancelled_error_crashes_the_run() -> N
         return ModelResponse(message=Message.assistant("fine"))
 
     agent = Agent(model=FakeModelClient(handler))
-    with pytest.raises(asyncio.CancelledError):
+    with pytest.raises(RunCrashed) as crashed:  # not a cancel: nothing asked for one
         await agent.run("go")
+    assert isinstance(crashed.value.__cause__, asyncio.CancelledError)
     run = agent.session.runs[-1]
     assert run.outcome == "failed"
     assert isinstance(run.error, RunCrashed)
@@ -154,3 +155,26 @@ async def test_an_effect_of_yours_that_raises_cancelled_error_fails_the_run() ->
     assert isinstance(result.error, EffectFailed)
     assert (result.error.effect, result.error.type) == ("call_llm", "CancelledError")
     assert not agent.session.open_runs()
+
+
+async def test_a_no_op_of_the_users_that_says_it_saved_fails_the_run() -> None:
+    # A no-op changed nothing: one that said it saved passed the no-progress
+    # guard every time, on a machine that relies on the guard.
+    async def says_it_saved(ctx: EffectContext, decision: Compact) -> Event:
+        return CompactionNoop(before=100, after=50)
+
+    session = Session()
+    agent = Agent(
+        model=ScriptedModel.of("one"),
+        effects={"compact": says_it_saved},
+        session=session,
+    )
+    await agent.run("go")
+    result = await agent.driver.compact(session)
+    assert result.outcome == "failed"
+    assert isinstance(result.error, InvalidReturn)
+    assert str(result.error) == (
+        "effect 'compact' returned CompactionNoop(before=100, after=50): expected a "
+        "no-op whose after is at least its before: it changed nothing, so it saved "
+        "nothing (return a CompactionResult for a pass that did)"
+    )

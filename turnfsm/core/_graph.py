@@ -23,7 +23,7 @@ Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
 
 COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
-_RESULT_FEEDS: Final = frozenset({"compaction_result"})
+_RESULT: Final = "compaction_result"
 _COUNTERS: Final = {"has_output_retries_left": "record_rejection"}
 """A retry counter's guard -> the action that spends it (nothing resets one)."""
 
@@ -384,6 +384,8 @@ def _check_termination(
     # and the steps that add to the conversation (see `_growing_cycles`).
     shrinking: dict[_Node, list[tuple[str, _Node]]] = {}
     grows: dict[tuple[_Node, str, _Node], str] = {}
+    # Each step -> whether every transition taking it counts a turn (a reply).
+    counts_turn: dict[tuple[_Node, str, _Node], bool] = {}
     for phase in spec.phases:
         full[(phase, False)] = []
         if phase in calls:
@@ -404,11 +406,11 @@ def _check_termination(
             in_a_row_limited = _spends_a_counter(t, in_a_row) or (
                 dest in compacts and _is_limit_checked(group, index, terminal)
             )
-            # A result the no-progress guard let through lowered the estimate
-            # (a no-op changed no message: the next pass measures the same).
+            # A pass the no-progress guard let through lowered the estimate
+            # (the driver holds a pass of the user's to the sizes it says).
             shrinks = (
                 src in compacts
-                and trigger in (COMPACTION_FEEDS if recorded else _RESULT_FEEDS)
+                and trigger in COMPACTION_FEEDS
                 and checks_first(group, index, _NO_PROGRESS, terminal, terminal)
             )
             limited = in_a_row_limited or shrinks
@@ -424,7 +426,9 @@ def _check_termination(
                     continue
                 if not limited and step not in edges[node]:
                     edges[node].append(step)
-                if not in_a_row_limited:
+                # A no-op past the guard said it saved tokens, which a pass
+                # that changed nothing says only once: it bounds any cycle.
+                if not in_a_row_limited and not (shrinks and trigger != _RESULT):
                     if step not in shrinking[node]:
                         shrinking[node].append(step)
                     # Any transition taking the step may be the one that adds.
@@ -432,6 +436,9 @@ def _check_termination(
                         grows.setdefault((node, trigger, target), adds)
                 key = (node, *step)
                 turn_checked[key] = turn_checked.get(key, True) and under_turn_limit
+                counts_turn[key] = counts_turn.get(key, True) and bool(
+                    _RESETS_PASSES & set(t.actions)
+                )
                 if step not in full[node]:
                     full[node].append(step)
                     if _RESETS_PASSES & set(t.actions):
@@ -450,7 +457,7 @@ def _check_termination(
         )
         named.append((order[cycle[0][0]], cycle))
     named.extend(_reset_cycles(spec, full, resets, edges, turn_checked))
-    growing = _growing_cycles(spec, shrinking, grows, edges)
+    growing = _growing_cycles(spec, shrinking, grows, edges, turn_checked, counts_turn)
     named.extend((order, cycle) for order, cycle, _ in growing)
     adding = {id(cycle): what for _, cycle, what in growing}
     for _, cycle in sorted(named):
@@ -459,9 +466,9 @@ def _check_termination(
             steps[SHOWN_STEPS:] = [f"... ({len(cycle) - SHOWN_STEPS} more steps) ->"]
         path = " ".join(steps)
         why = (
-            f" ({adding[id(cycle)]}, undoing what a pass saved: "
-            f"check {_COMPACTION_LIMIT!r} before the compact phase, or go through "
-            "a model call)"
+            f" ({adding[id(cycle)]}, undoing what a pass saved: bound it "
+            f"another way, such as {_COMPACTION_LIMIT!r} checked on the way into "
+            "its compact phase)"
             if id(cycle) in adding
             else ""
         )
@@ -564,40 +571,56 @@ def _growing_cycles(
     shrinking: Mapping[_Node, list[tuple[str, _Node]]],
     grows: Mapping[tuple[_Node, str, _Node], str],
     bounded_elsewhere: Mapping[_Node, list[tuple[str, _Node]]],
+    turn_checked: Mapping[tuple[_Node, str, _Node], bool],
+    counts_turn: Mapping[tuple[_Node, str, _Node], bool],
 ) -> list[tuple[int, list[tuple[str, str]], str]]:
     """The cycles bounded by the no-progress guard that add to the conversation.
 
-    `shrinking` holds every step but those bounded by another count (turns,
-    retries, passes in a row), so its cycles are bounded by the compaction
-    results after the no-progress guard alone. A step on one of them that
-    adds a message (tool results, a signal's message) raises the estimate
-    those results lowered, so the cycle is bounded by nothing: a pass that
-    saves what the message added, then the message again, for ever. The
-    cycles without such a result are found with `bounded_elsewhere`; the
-    ones found here go through one, and are named from their adding step,
-    with what it adds (`_what_adds`).
+    `shrinking` holds every step but those bounded by another count (retries,
+    passes in a row), so its cycles are bounded by the passes after the
+    no-progress guard, or by the turn limit. A step on one of them that adds
+    a message (tool results, injected messages, a signal's message) raises
+    the estimate those passes lowered, so the guard bounds nothing there: a
+    pass that saves what the message added, then the message again. The turn
+    limit still bounds a cycle that counts a turn (a reply) and takes a step
+    only under the limit (`_reset_cycles`): a cycle is refused when it lacks
+    one of the two, so it is looked for without each in turn. The cycles
+    without a pass are found with `bounded_elsewhere`; the ones found here go
+    through one, and are named from their adding step, with what it adds
+    (`_what_adds`).
     """
     order = {p: i for i, p in enumerate(spec.phases)}
-    adjacent = {n: [d for _, d in out] for n, out in shrinking.items()}
-    components = _cycles(adjacent)
-    where = {node: i for i, c in enumerate(components) for node in c}
     plain = _cycles({n: [d for _, d in out] for n, out in bounded_elsewhere.items()})
     named_already = {node: i for i, c in enumerate(plain) for node in c}
     named: list[tuple[int, list[tuple[str, str]], str]] = []
-    seen: set[int] = set()
-    for (src, trigger, dest), what in grows.items():
-        home = where.get(src)
-        if home is None or where.get(dest) != home or home in seen:
-            continue
-        if named_already.get(src, -1) == named_already.get(dest, -2):
-            continue  # on a cycle that no pass bounds, named already
-        seen.add(home)
-        back = (
-            []
-            if dest == src
-            else _cycle_from(dest, components[home], shrinking, until=src)
-        )
-        named.append((order[src[0]], [(src[0], trigger), *back], what))
+    for without in (turn_checked, counts_turn):
+        graph = {
+            node: [(t, d) for t, d in out if not without[(node, t, d)]]
+            for node, out in shrinking.items()
+        }
+        components = _cycles({n: [d for _, d in out] for n, out in graph.items()})
+        where = {node: i for i, c in enumerate(components) for node in c}
+        seen: set[int] = set()
+        for (src, trigger, dest), what in grows.items():
+            home = where.get(src)
+            if (
+                home is None
+                or where.get(dest) != home
+                or home in seen
+                or (trigger, dest) not in graph[src]
+            ):
+                continue
+            if named_already.get(src, -1) == named_already.get(dest, -2):
+                continue  # on a cycle that no pass bounds, named already
+            seen.add(home)
+            back = (
+                []
+                if dest == src
+                else _cycle_from(dest, components[home], graph, until=src)
+            )
+            named.append((order[src[0]], [(src[0], trigger), *back], what))
+        if named:
+            return named  # the first search's names: one per cycle
     return named
 
 

@@ -18,7 +18,6 @@ from turnfsm.context import ContextManager
 from turnfsm.core import (
     EVENT_TYPES,
     Compact,
-    CompactionResult,
     CompactorFailed,
     Decision,
     Event,
@@ -103,7 +102,7 @@ async def carry_out(
     effect = settings.effects[key]
     limit = _limit(settings, decision)
     if limit is None and control is None:
-        return _checked(ctx, decision, key, effect, await effect(ctx, decision))
+        return _event_of(key, await effect(ctx, decision))
     with anyio.CancelScope() as scope:
         timed: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if limit is not None:
@@ -111,11 +110,10 @@ async def carry_out(
             timed = timed_step(scope.deadline)
         with timed:
             if control is None:
-                done = await effect(ctx, decision)
+                event = _event_of(key, await effect(ctx, decision))
             else:
                 with control.interrupting(scope):
-                    done = await effect(ctx, decision)
-            event = _checked(ctx, decision, key, effect, done)
+                    event = _event_of(key, await effect(ctx, decision))
         if not is_late(scope):
             return event
     cancel = control.take_cancel() if control is not None else None
@@ -179,40 +177,6 @@ def timed_out(
         # ends as for any child that did not answer (its run is ended).
         return delegated.failed(decision, TimeoutError(f"{said} - effect_timeout"))
     return RunCancelled(reason=said)
-
-
-def _checked(
-    ctx: EffectContext, decision: Decision, key: str, effect: Effect, value: object
-) -> Event:
-    """What effect `key` returned, if it is an event it may return; else raise.
-
-    A pass of an effect of yours in place of the built-in ``compact`` that
-    says it saved tokens is measured: the no-progress guard reads its sizes,
-    and a pass that saved nothing but said it did would come round for ever
-    on a machine that relies on the guard.
-
-    Raises:
-        InvalidReturn: not an event, or such a pass whose messages measure
-            no less than the conversation it was given.
-    """
-    event = _event_of(key, value)
-    if (
-        type(event) is CompactionResult
-        and event.after < event.before
-        and isinstance(decision, Compact)
-        and effect is not BUILTIN_EFFECTS[key]
-    ):
-        before = ctx.measure(decision.history, decision.pending)
-        after = ctx.measure(event.messages)
-        if after >= before:
-            raise InvalidReturn(
-                f"effect {key!r}",
-                f"CompactionResult(before={event.before}, after={event.after})",
-                f"a pass whose sizes are its messages': they measure {after} "
-                f"tokens, the conversation it was given {before}, so it saved "
-                "nothing (return CompactionNoop(before, after) for such a pass)",
-            )
-    return event
 
 
 def _event_of(key: str, value: object) -> Event:

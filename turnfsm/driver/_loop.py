@@ -107,6 +107,7 @@ from turnfsm.errors import (
     InvalidMessage,
     InvalidReturn,
     PayloadTooLarge,
+    RunCrashed,
     StoreUnusable,
     SubagentWaiting,
     TurnFSMError,
@@ -482,10 +483,13 @@ class RunLoop(Ending):
                 # Raised by the run's own code (a model client or an effect
                 # that awaited something cancelled elsewhere), not a cancel
                 # of the run: its crash, as any other exception of theirs,
-                # not an interruption that leaves the session held.
+                # not an interruption that leaves the session held. Raised as
+                # that crash: a task nobody cancelled is not told it was.
                 with anyio.CancelScope(shield=True):
                     await self.crash(exc)
-                raise
+                raise RunCrashed(
+                    type=type(exc).__name__, message=_checks.message_of(exc)
+                ) from exc
             self._keep_spent()
             with anyio.CancelScope(shield=True):
                 await self.interrupt(_INTERRUPTED)
@@ -760,6 +764,47 @@ class RunLoop(Ending):
             )
         if type(event) is CompactionResult:
             self._check_pins(key, event)
+        if isinstance(event, CompactionResult | CompactionNoop) and isinstance(
+            decision, Compact
+        ):
+            self._check_saving(key, decision, event)
+
+    def _check_saving(
+        self, key: str, decision: Compact, event: CompactionResult | CompactionNoop
+    ) -> None:
+        """Refuse a pass of the user's that says it saved what it did not.
+
+        The no-progress guard reads a pass's sizes: a pass that says it saved
+        tokens and did not would come round for ever on a machine bounded by
+        the guard. A no-op changed nothing, so it saved nothing; a result is
+        measured as the built-in pass measures (uncalibrated, reserve in).
+
+        Raises:
+            InvalidReturn: a no-op whose `after` is under its `before`, or a
+                result that says so while its messages measure no less than
+                the conversation it was given.
+        """
+        if event.after >= event.before:
+            return  # no saving said: the guard judges it
+        said = f"{type(event).__name__}(before={event.before}, after={event.after})"
+        if type(event) is CompactionNoop:
+            raise InvalidReturn(
+                f"effect {key!r}",
+                said,
+                "a no-op whose after is at least its before: it changed nothing, "
+                "so it saved nothing (return a CompactionResult for a pass that did)",
+            )
+        run = self.run
+        before = run.measure(decision.history, decision.pending)
+        after = run.measure(event.messages)
+        if after >= before:
+            raise InvalidReturn(
+                f"effect {key!r}",
+                said,
+                f"a pass whose sizes are its messages': they measure {after} "
+                f"tokens, the conversation it was given {before}, so it saved "
+                "nothing (return CompactionNoop(before, after) for such a pass)",
+            )
 
     def _check_pins(self, key: str, event: CompactionResult) -> None:
         """Refuse a pass made by an effect of the user's that loses a pinned message.
