@@ -1008,11 +1008,10 @@ OVERFLOW = (
 )
 
 
-def test_messages_injected_on_a_cycle_of_passes_undo_the_no_progress_bound() -> None:
-    """A hook that injects a message at every step: each pass saves it, for ever.
+def every_overflow_passes() -> str:
+    """The stock machine whose overflows go to a pass with no retry counter.
 
-    Every overflow goes to a pass, whose result is measured again: bounded by
-    the no-progress guard alone, and `start` takes in what was injected.
+    A no-op of that pass ends the run (the stock one goes back to `start`).
     """
     text = edit(
         STOCK,
@@ -1020,8 +1019,7 @@ def test_messages_injected_on_a_cycle_of_passes_undo_the_no_progress_bound() -> 
         '[[transitions]]\ntrigger = "context_overflowed"\nsource = "call_llm"\n'
         'dest = "compact_and_retry"\nreason = "overflow"\n',
     )
-    text = edit(text, RETRY_CALLS, RETRY_CALLS.replace('"call_llm"', '"start"'))
-    text = edit(  # a no-op ends it: only the results come round
+    return edit(
         text,
         NOOP_AGAIN,
         NOOP_AGAIN.replace('["compact", "compact_and_retry"]', '"compact"')
@@ -1029,6 +1027,16 @@ def test_messages_injected_on_a_cycle_of_passes_undo_the_no_progress_bound() -> 
         'source = "compact_and_retry"\ndest = "failed"\n'
         'error = "compaction_stalled"\n',
     )
+
+
+def test_messages_injected_on_a_cycle_of_passes_undo_the_no_progress_bound() -> None:
+    """A hook that injects a message at every step: each pass saves it, for ever.
+
+    Every overflow goes to a pass, whose result is measured again: bounded by
+    the no-progress guard alone, and `start` takes in what was injected.
+    """
+    text = every_overflow_passes()
+    text = edit(text, RETRY_CALLS, RETRY_CALLS.replace('"call_llm"', '"start"'))
     assert problems_of(text) == (
         "cycle compact_and_retry -[compaction_result]-> start -[measured]-> call_llm "
         f"-[context_overflowed]-> compact_and_retry {UNBOUNDED} (its "
@@ -1043,18 +1051,4 @@ def test_a_cycle_that_adds_and_counts_a_turn_under_the_limit_loads() -> None:
     Each round adds injected messages, but it also counts a turn that the
     limit bounds: the proof of the passes need not bound it. It was refused.
     """
-    text = edit(
-        STOCK,
-        OVERFLOW,
-        '[[transitions]]\ntrigger = "context_overflowed"\nsource = "call_llm"\n'
-        'dest = "compact_and_retry"\nreason = "overflow"\n',
-    )
-    text = edit(
-        text,
-        NOOP_AGAIN,
-        NOOP_AGAIN.replace('["compact", "compact_and_retry"]', '"compact"')
-        + '\n[[transitions]]\ntrigger = "compaction_noop"\n'
-        'source = "compact_and_retry"\ndest = "failed"\n'
-        'error = "compaction_stalled"\n',
-    )
-    assert "compact_and_retry" in MachineSpec.from_toml(text).phases
+    assert "compact_and_retry" in MachineSpec.from_toml(every_overflow_passes()).phases
