@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+import anyio
 import attrs
 import pytest
 
 from turnfsm import Agent
 from turnfsm.core import Compact, CompactionNoop, CompactionResult, Event
 from turnfsm.driver import EffectContext, Session
-from turnfsm.errors import EffectFailed, InvalidReturn, RunCrashed
+from turnfsm.errors import EffectFailed, InvalidReturn, RunCrashed, StoreUnusable
 from turnfsm.hooks import Hook, OutcomeInfo, RunEndInfo
 from turnfsm.messages import Message
+from turnfsm.persistence import SQLiteStore
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel
 
@@ -178,3 +182,71 @@ async def test_a_no_op_of_the_users_that_says_it_saved_fails_the_run() -> None:
         "no-op whose after is at least its before: it changed nothing, so it saved "
         "nothing (return a CompactionResult for a pass that did)"
     )
+
+
+async def test_a_store_that_raises_cancelled_error_is_unusable_for_now(
+    tmp_path: Path,
+) -> None:
+    # A store's own CancelledError was taken for the run's cancel: a lease
+    # renewal's cancelled the run and `run` returned None.
+    failing = [False]
+
+    class Flaky(SQLiteStore):
+        async def append(self, *args: Any, **kwargs: Any) -> Any:
+            if failing[0]:
+                failing[0] = False
+                await cancelled_elsewhere()
+            return await super().append(*args, **kwargs)
+
+    store = Flaky(tmp_path / "s.db")
+    agent = Agent(model=ScriptedModel.of("one", "two", "three"), store=store)
+    assert (await agent.run("go")).text == "one"
+    failing[0] = True
+    with pytest.raises(StoreUnusable) as caught:
+        await agent.run("again")
+    assert "its append raised CancelledError though nothing cancelled it" in str(
+        caught.value
+    )
+    await store.aclose()
+    reread = await Session.load(SQLiteStore(tmp_path / "s.db"), agent.session.id)
+    assert reread.runs[0].outcome == "done"  # nothing committed lost
+
+
+def test_on_trio_a_cancel_raised_outside_a_cancelled_scope_crashes_the_run() -> None:
+    # A model client re-raising a trio.Cancelled it caught earlier: the run
+    # was logged interrupted, and `run` returned None from the lease's task
+    # group (or raised the bare Cancelled to a caller nobody cancelled).
+    async def caught_earlier() -> BaseException:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            try:
+                await anyio.sleep(1)
+            except anyio.get_cancelled_exc_class() as exc:
+                return exc
+        raise AssertionError("not cancelled")
+
+    async def main() -> None:
+        calls = [0]
+
+        async def handler(_request: ModelRequest) -> ModelResponse:
+            calls[0] += 1
+            if calls[0] == 1:
+                raise await caught_earlier()
+            return ModelResponse(message=Message.assistant("fine"))
+
+        agent = Agent(model=FakeModelClient(handler))
+        with pytest.raises(RunCrashed):
+            await agent.run("go")
+        assert agent.session.runs[-1].outcome == "failed"
+        assert (await agent.run("again")).text == "fine"
+
+        async def slow(_request: ModelRequest) -> ModelResponse:
+            await anyio.sleep(5)
+            return ModelResponse(message=Message.assistant("late"))
+
+        waiting = Agent(model=FakeModelClient(slow))
+        with anyio.move_on_after(0.05):  # a real cancel: an interruption still
+            await waiting.run("go")
+        assert waiting.session.runs[-1].outcome == "interrupted"
+
+    anyio.run(main, backend="trio")

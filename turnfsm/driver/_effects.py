@@ -46,6 +46,7 @@ from turnfsm.core import (
     ToolsFinished,
 )
 from turnfsm.driver._arguments import InvalidArguments
+from turnfsm.driver._cancels import cancel_requested
 from turnfsm.driver._context import (
     EffectContext,
     Reported,
@@ -56,7 +57,7 @@ from turnfsm.driver._model_calls import Tries, complete, describe_model
 from turnfsm.driver._output import OutputType
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._refusal import refused_size
-from turnfsm.driver._tools import cancel_requested, run_tool_call, tool_call_outcome
+from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import (
     CONTENT_FILTER,
     CONTEXT_CHECK,

@@ -79,6 +79,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver import _audit
 from turnfsm.driver._audit import Audit
+from turnfsm.driver._cancels import cancel_requested
 from turnfsm.driver._carry import EffectSettings, carry_out
 from turnfsm.driver._context import (
     EffectContext,
@@ -99,7 +100,6 @@ from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
 from turnfsm.driver._output import asked_for, output_digest
 from turnfsm.driver._subagents import ChildTally
-from turnfsm.driver._tools import cancel_requested
 from turnfsm.errors import (
     ConfigError,
     ContinuedAsNew,
@@ -479,7 +479,7 @@ class RunLoop(Ending):
             self.step = None
             return await self.end(None, exc)
         except (anyio.get_cancelled_exc_class(), KeyboardInterrupt) as exc:
-            if isinstance(exc, asyncio.CancelledError) and not cancel_requested():
+            if not isinstance(exc, KeyboardInterrupt) and not cancel_requested():
                 # Raised by the run's own code (a model client or an effect
                 # that awaited something cancelled elsewhere), not a cancel
                 # of the run: its crash, as any other exception of theirs,

@@ -25,6 +25,7 @@ from typing import Final, TypeVar
 
 import anyio
 
+from turnfsm.driver._cancels import cancel_requested
 from turnfsm.errors import StoreUnusable
 from turnfsm.persistence import Session, SessionStore, store_label
 
@@ -52,20 +53,33 @@ async def store_call(
 
     Raises:
         StoreUnusable: The call did not return within `seconds`; whatever
-            it raised once cancelled is its cause.
+            it raised once cancelled is its cause. Or it raised a cancellation
+            error while nothing cancelled the run (its cause).
     """
-    if seconds is None or _bounded(type(store)):
-        return await call
-    scope = anyio.CancelScope(deadline=anyio.current_time() + seconds)
     try:
-        with scope:
+        if seconds is None or _bounded(type(store)):
             return await call
-    except Exception as raised:
-        if not scope.cancel_called:
+        scope = anyio.CancelScope(deadline=anyio.current_time() + seconds)
+        try:
+            with scope:
+                return await call
+        except Exception as raised:
+            if not scope.cancel_called:
+                raise
+            cause: BaseException | None = raised
+        else:
+            cause = None
+    except anyio.get_cancelled_exc_class() as raised:
+        if cancel_requested():
             raise
-        cause: BaseException | None = raised
-    else:
-        cause = None
+        # The store awaited something cancelled elsewhere: let out, its
+        # cancel would be taken for the run's. Unusable for now, as a store
+        # that does not answer is (a write in doubt), and the run resumes.
+        raise StoreUnusable(
+            store_label(store),
+            f"its {method} raised {type(raised).__name__} though nothing cancelled it",
+            in_doubt=writes,
+        ) from raised
     raise StoreUnusable(
         store_label(store),
         f"its {method} did not return within store_timeout={seconds} s",

@@ -39,6 +39,7 @@ from turnfsm.driver._arguments import (
     check_arguments,
     problems_of_structuring,
 )
+from turnfsm.driver._cancels import cancel_requested
 from turnfsm.driver._child import as_text
 from turnfsm.driver._schema import Unsupported, parse_doc
 from turnfsm.driver._signature import annotated_function, describe_function
@@ -673,21 +674,6 @@ async def tool_call_outcome(
     finally:
         _CURRENT_CALL.reset(token)
     return Message.tool_result(call.id, output), None
-
-
-def cancel_requested() -> bool:
-    """Whether the running task (a tool's, a compaction pass's) is being cancelled.
-
-    On asyncio every cancel (a cancel scope's, a deadline's, the task's own)
-    is counted by the task until it is caught; on trio the cancellation is
-    ``trio.Cancelled``, never asyncio's error, which is then the plug-in's
-    own (it awaited something cancelled elsewhere).
-    """
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no asyncio loop: trio
-        return False
-    return task is None or task.cancelling() > 0
 
 
 def _unknown(call: ToolCallPart, tools: Mapping[str, Tool]) -> str:
