@@ -156,9 +156,10 @@ def test_a_sessions_id_given_as_the_session_shows_how_to_open_it() -> None:
     with pytest.raises(ConfigError) as caught:
         agent.run_sync("hi", session="ses_0123")  # type: ignore[arg-type]
     assert (caught.value.field, caught.value.value) == ("session", "ses_0123")
+    # From synchronous code, the form synchronous code can write.
     assert str(caught.value) == (
         "invalid session='ses_0123': expected a Session or None, not a "
-        "session's id: session=await Session.open(agent.store, 'ses_0123') "
+        "session's id: session=anyio.run(Session.open, agent.store, 'ses_0123') "
         "(the stored session, or a new one under that id)"
     )
     assert not agent.session.runs
@@ -169,6 +170,11 @@ def test_a_sessions_id_given_as_the_session_shows_how_to_open_it() -> None:
     from turnfsm.persistence import Session
 
     async def follow() -> str:
+        with pytest.raises(ConfigError) as awaited:  # from async code: awaited
+            await agent.run("hi", session="ses_0123")  # type: ignore[arg-type]
+        assert "session=await Session.open(agent.store, 'ses_0123')" in str(
+            awaited.value
+        )
         session = await Session.open(agent.store, "ses_0123")
         return (await agent.run("hi", session=session)).text
 
