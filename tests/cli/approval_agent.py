@@ -227,9 +227,13 @@ async def abandon_it() -> str:
     async with SQLiteStore(OWN_STORE[0]) as store:
         (info,) = await store.list_sessions()
     argv = ["abandon", info.id, "--store", str(OWN_STORE[0]), "--force"]
-    done = await anyio.run_process(
-        [sys.executable, "-m", "turnfsm", *argv, "--reason", "took over"]
-    )
+    # Shielded: the run learns of the takeover at its next renewal, maybe
+    # before the other process has written the abandon, and its cancel of
+    # this call would kill that process half-way (on a busy machine it did).
+    with anyio.CancelScope(shield=True):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "turnfsm", *argv, "--reason", "took over"]
+        )
     assert done.returncode == 0, done
     await anyio.sleep(TAKEN_AFTER[0])
     return "abandoned"
