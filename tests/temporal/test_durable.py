@@ -432,6 +432,25 @@ async def _paused(run: Any) -> Any:
             await anyio.sleep(0.05)
 
 
+@dataclass
+class _Paused:
+    """A durable run paused for approval, with its agent and task queue."""
+
+    run: DurableRun
+    status: Any
+    agent: Agent
+    queue: str
+
+
+@contextlib.asynccontextmanager
+async def _paused_run(client: Client, path: Path, name: str) -> AsyncIterator[_Paused]:
+    """Serve an asking agent on a SQLite file and start it until it pauses."""
+    agent = _asking(name, SQLiteStore(path))
+    async with _served(client, agent) as queue:
+        run = await start_durable(agent, "clean up", client=client, task_queue=queue)
+        yield _Paused(run, await _paused(run), agent, queue)
+
+
 async def _paused_then_changed(
     client: Client, name: str, store: SessionStore
 ) -> tuple[DurableRun, str, Agent]:
@@ -451,13 +470,8 @@ async def test_an_approval_run_pauses_and_approve_runs_the_tools(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     RAN.clear()
-    store = SQLiteStore(tmp_path / "a.db")
-    agent = _asking("approver", store)
-    async with _served(temporal_client, agent) as queue:
-        run = await start_durable(
-            agent, "clean up", client=temporal_client, task_queue=queue
-        )
-        status = await _paused(run)
+    async with _paused_run(temporal_client, tmp_path / "a.db", "approver") as paused:
+        run, status = paused.run, paused.status
         assert status.phase == "await_approval"
         assert [c.id for c in status.waiting.calls] == ["c1", "c2"]
         assert RAN == []
@@ -683,12 +697,8 @@ async def test_status_just_after_its_worker_stopped_names_the_queue(
 ) -> None:
     # The queue's pollers still listed the worker stopped moments before, so
     # Temporal's own "no poller seen" was raised as it came, an RPCError.
-    agent = _asking("stopped", SQLiteStore(tmp_path / "s.db"))
-    async with _served(temporal_client, agent) as queue:
-        run = await start_durable(
-            agent, "clean up", client=temporal_client, task_queue=queue
-        )
-        await _paused(run)
+    async with _paused_run(temporal_client, tmp_path / "s.db", "stopped") as paused:
+        run, queue = paused.run, paused.queue
     try:
         with pytest.raises(ConfigError) as caught:
             with anyio.fail_after(90):
@@ -704,12 +714,8 @@ async def test_an_answer_that_is_no_event_is_refused_naming_it(
 ) -> None:
     # Sent, it failed to decode in the workflow: "expected Failed decoding
     # arguments", or a corrupt record "written by another turnfsm version".
-    agent = _asking("answered", SQLiteStore(tmp_path / "s.db"))
-    async with _served(temporal_client, agent) as queue:
-        run = await start_durable(
-            agent, "clean up", client=temporal_client, task_queue=queue
-        )
-        await _paused(run)
+    async with _paused_run(temporal_client, tmp_path / "s.db", "answered") as paused:
+        run = paused.run
         with pytest.raises(ConfigError) as caught:
             await run.answer(answer)  # type: ignore[arg-type]
         assert (caught.value.field, caught.value.value) == ("event", answer)
@@ -845,12 +851,8 @@ async def test_result_on_a_queue_no_worker_serves_warns_naming_it(
 async def test_result_with_a_timeout_says_where_the_run_waits(
     temporal_client: Client, tmp_path: Path
 ) -> None:
-    agent = _asking("timed", SQLiteStore(tmp_path / "t.db"))
-    async with _served(temporal_client, agent) as queue:
-        run = await start_durable(
-            agent, "clean up", client=temporal_client, task_queue=queue
-        )
-        await _paused(run)
+    async with _paused_run(temporal_client, tmp_path / "t.db", "timed") as paused:
+        run, agent, queue = paused.run, paused.agent, paused.queue
         with pytest.raises(WaitTimedOut) as caught:
             await run.result(timeout=0.5)
         assert str(caught.value) == (
@@ -893,12 +895,8 @@ async def test_answer_takes_any_event_the_pause_accepts_and_queries_say_where(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     RAN.clear()
-    agent = _asking("answerer", SQLiteStore(tmp_path / "q.db"))
-    async with _served(temporal_client, agent) as queue:
-        run = await start_durable(
-            agent, "clean up", client=temporal_client, task_queue=queue
-        )
-        status = await _paused(run)
+    async with _paused_run(temporal_client, tmp_path / "q.db", "answerer") as paused:
+        run, status = paused.run, paused.status
         assert await run.handle.query("phase") == status.phase == "await_approval"
         assert await run.handle.query("estimate") == status.estimate
         assert await run.handle.query("last_decision") == status.decision
