@@ -16,6 +16,8 @@ Reports, in one run:
 - µs per tool turn with the Driver's default timeouts (tool 60 s, model
   300 s: one cancel scope each) and with no timeouts (best of 5 runs of
   2,000 turns);
+- the floor under the tool turn's goal: bare `transitions` plus what anyio
+  itself takes for the turn's two deadlines and two checkpoints;
 - the cost of a whole 1-turn run (one Driver reused, a fresh Session each);
 - a 1-turn run on a 10,000-message session by a new Driver each time (a
   server that builds its agent per request), as a ratio to the same run on
@@ -397,6 +399,24 @@ def bare_transitions_us(turns: int) -> float:
     return best
 
 
+async def anyio_floor_us(turns: int) -> float:
+    """What anyio itself costs a tool turn with the default timeouts.
+
+    Two cancel scopes with a deadline (the model call's and the tool's) and
+    two checkpoints (one per step that waits: where a cancel lands and other
+    tasks run), each as bare as anyio makes it, the checkpoint in the scope.
+    """
+    best = float("inf")
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        for _ in range(turns):
+            for _ in range(2):
+                with anyio.CancelScope(deadline=anyio.current_time() + 60):
+                    await anyio.lowlevel.checkpoint()
+        best = min(best, (time.perf_counter() - t0) / turns * 1e6)
+    return best
+
+
 def _flatness(model: InstantModel) -> tuple[float, float]:
     gaps = [b - a for a, b in zip(model.stamps, model.stamps[1:], strict=False)]
     return statistics.fmean(gaps[:100]) * 1e6, statistics.fmean(gaps[-100:]) * 1e6
@@ -513,6 +533,7 @@ async def measure(long_turns: int) -> dict[str, float]:
 
     bare = await _best_us(untimed, TURNS)
     run_us = await one_turn_run_us()
+    anyio_us = await anyio_floor_us(TURNS)
     gc.collect()
     head, tail = _flatness(await turnfsm_loop(long_turns))
     return {
@@ -520,6 +541,7 @@ async def measure(long_turns: int) -> dict[str, float]:
         "ours": ours,
         "untimed": bare,
         "run": run_us,
+        "anyio": anyio_us,
         "head": head,
         "tail": tail,
     }
@@ -548,6 +570,13 @@ def main(argv: list[str]) -> None:
         f"({_verdict(ours / floor, GOAL_TURN_X)}, goal {GOAL_TURN_X}x)"
     )
     print(f"  per tool turn, no timeouts       {m['untimed']:7.1f} µs")
+    least = floor + m["anyio"]
+    print(
+        f"    the floor under the goal: bare `transitions` {floor:4.1f} + anyio's "
+        f"2 deadline scopes and 2 checkpoints {m['anyio']:4.1f} = {least:4.1f} µs "
+        f"= {least / floor:4.2f}x, leaving {GOAL_TURN_X * floor - least:5.1f} µs "
+        "of the goal for the rest"
+    )
     print(
         f"  a 1-turn run (open .. end)       {m['run']:7.1f} µs  "
         f"({_verdict(m['run'], GOAL_RUN_US)}, goal {GOAL_RUN_US:.0f})"
