@@ -985,6 +985,17 @@ def _local_starts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
             ["--window", "400", "--max-tokens", "10", "--system", "word " * 300],
             "invalid --window=400: expected a window of at least 610 tokens, whose",
         ),
+        # The window --n-ctx sizes the server to is named by --n-ctx, the
+        # option given (--window, not given, would only confuse).
+        (["--n-ctx", "200"], "invalid --n-ctx=200: expected a window well over"),
+        (
+            ["--n-ctx", "400", "--max-tokens", "10", "--system", "word " * 300],
+            "invalid --n-ctx=400: expected a window of at least 610 tokens, whose",
+        ),
+        (
+            ["--n-ctx", "4096", "--window", "200"],
+            "invalid --window=200: expected a window well over",
+        ),
     ],
     ids=[
         "unknown session",
@@ -992,6 +1003,9 @@ def _local_starts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         "window over n_ctx",
         "reply budget",
         "system prompt",
+        "small n_ctx",
+        "system prompt over n_ctx",
+        "small window under n_ctx",
     ],
 )
 def test_what_refuses_the_run_is_named_before_the_local_model_starts(

@@ -340,10 +340,15 @@ def _driver(
     except ConfigError as exc:
         if exc.field == "max_output_tokens" and options.max_tokens is not None:
             raise as_option(exc, "--max-tokens") from None
+        # The window is --window's, else --n-ctx's (a server sized by it),
+        # else the model's own: named by the option that would change it.
+        window_option = (
+            "--n-ctx" if options.n_ctx and not options.window else "--window"
+        )
         if exc.field == "max_output_tokens":  # the default reply budget
             least = window_to_send(DEFAULT_MAX_TOKENS)
             raise ConfigError(
-                "--window",
+                window_option,
                 window,
                 f"a window well over {least:,} tokens: the default reply budget "
                 f"(--max-tokens {DEFAULT_MAX_TOKENS}) and the request must fit "
@@ -351,7 +356,7 @@ def _driver(
             ) from None
         if isinstance(exc, ReserveTooLarge):  # what rides every request
             raise ConfigError(
-                "--window",
+                window_option,
                 exc.window,
                 f"a window of at least {window_to_send(exc.reserved):,} tokens, whose"
                 " emergency line (95 %) is over what rides every request"
