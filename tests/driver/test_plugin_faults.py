@@ -17,15 +17,21 @@ import anyio
 import attrs
 import pytest
 
-from turnfsm import Agent
+from turnfsm import Agent, ContextManager
 from turnfsm.core import Compact, CompactionNoop, CompactionResult, Event
 from turnfsm.driver import EffectContext, Session
-from turnfsm.errors import EffectFailed, InvalidReturn, RunCrashed, StoreUnusable
+from turnfsm.errors import (
+    CompactionFailed,
+    EffectFailed,
+    InvalidReturn,
+    RunCrashed,
+    StoreUnusable,
+)
 from turnfsm.hooks import Hook, OutcomeInfo, RunEndInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import SQLiteStore
 from turnfsm.providers import ModelRequest, ModelResponse
-from turnfsm.testing import FakeModelClient, ScriptedModel
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -212,19 +218,24 @@ async def test_a_store_that_raises_cancelled_error_is_unusable_for_now(
     assert reread.runs[0].outcome == "done"  # nothing committed lost
 
 
+async def caught_earlier() -> BaseException:
+    """The backend's cancellation error, caught in a scope cancelled and left since.
+
+    Raised again, it is a cancel nothing asks for, on asyncio and trio alike.
+    """
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await anyio.sleep(1)
+        except anyio.get_cancelled_exc_class() as exc:
+            return exc
+    raise AssertionError("not cancelled")
+
+
 def test_on_trio_a_cancel_raised_outside_a_cancelled_scope_crashes_the_run() -> None:
     # A model client re-raising a trio.Cancelled it caught earlier: the run
     # was logged interrupted, and `run` returned None from the lease's task
     # group (or raised the bare Cancelled to a caller nobody cancelled).
-    async def caught_earlier() -> BaseException:
-        with anyio.CancelScope() as scope:
-            scope.cancel()
-            try:
-                await anyio.sleep(1)
-            except anyio.get_cancelled_exc_class() as exc:
-                return exc
-        raise AssertionError("not cancelled")
-
     async def main() -> None:
         calls = [0]
 
@@ -250,3 +261,59 @@ def test_on_trio_a_cancel_raised_outside_a_cancelled_scope_crashes_the_run() -> 
         assert waiting.session.runs[-1].outcome == "interrupted"
 
     anyio.run(main, backend="trio")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_tool_an_effect_or_a_compactor_raising_a_cancel_fails_alike_on_both(
+    backend: str,
+) -> None:
+    # On trio, a tool's fault crashed the run, and so did a compactor's
+    # (its breaker not counting it), where asyncio failed the call or the pass.
+    async def cancelled_tool() -> str:
+        """A tool whose cancellation error nobody asked for."""
+        raise await caught_earlier()
+
+    class CancelledCompactor:
+        """A compactor whose cancellation error nobody asked for."""
+
+        async def compact(self, messages, target, ctx):  # type: ignore[no-untyped-def]
+            raise await caught_earlier()
+
+    async def effect(ctx: EffectContext, decision: object) -> Event:
+        raise await caught_earlier()
+
+    name = "CancelledError" if backend == "asyncio" else "Cancelled"
+
+    async def main() -> None:
+        tooled = Agent(
+            model=ScriptedModel.of(
+                reply("", tool_call("cancelled_tool", "c1")), "went on"
+            ),
+            tools=[cancelled_tool],
+        )
+        result = await tooled.run("go")
+        assert result.text == "went on"
+        (closed,) = [r for m in tooled.session.history for r in m.tool_results]
+        assert closed.is_error
+        assert f"tool 'cancelled_tool' failed: {name}" in closed.content
+
+        effected = Agent(model=ScriptedModel.of("one"), effects={"call_llm": effect})
+        result = await effected.run("go")
+        assert isinstance(result.error, EffectFailed)
+        assert (result.error.effect, result.error.type) == ("call_llm", name)
+
+        session = Session()
+        compacted = Agent(
+            model=ScriptedModel.of("one"),
+            context=ContextManager(CancelledCompactor(), context_window=8_000),  # type: ignore[arg-type]
+            session=session,
+        )
+        await compacted.run("go " * 200)
+        result = await compacted.driver.compact(session)
+        assert result.outcome == "failed"
+        assert isinstance(result.error, CompactionFailed)
+        assert f"CancelledCompactor raised {name} though nothing" in str(result.error)
+        assert session.compaction_failures == 1  # the breaker counts it
+        assert not session.open_runs()
+
+    anyio.run(main, backend=backend)

@@ -12,7 +12,7 @@ import math
 
 import anyio
 
-__all__ = ["cancel_requested"]
+__all__ = ["cancel_errors", "cancel_requested"]
 
 
 def cancel_requested() -> bool:
@@ -29,3 +29,16 @@ def cancel_requested() -> bool:
     except RuntimeError:  # no asyncio loop: trio
         return anyio.current_effective_deadline() == -math.inf
     return task is None or task.cancelling() > 0
+
+
+def cancel_errors(
+    *others: type[BaseException],
+) -> tuple[type[BaseException], ...]:
+    """The cancellation errors a plug-in may raise, its backend's and asyncio's.
+
+    Caught with `cancel_requested` to tell the run's cancel from a plug-in's
+    own. On trio, asyncio's ``CancelledError`` (raised by code written for
+    asyncio) is no cancel of the run either, and is told apart the same way.
+    `others` are caught with them (``cancel_errors(Exception)``).
+    """
+    return (*others, asyncio.CancelledError, anyio.get_cancelled_exc_class())

@@ -15,7 +15,6 @@ translate-once rule); bugs and cancellation propagate unchanged.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
@@ -46,7 +45,7 @@ from turnfsm.core import (
     ToolsFinished,
 )
 from turnfsm.driver._arguments import InvalidArguments
-from turnfsm.driver._cancels import cancel_requested
+from turnfsm.driver._cancels import cancel_errors, cancel_requested
 from turnfsm.driver._context import (
     EffectContext,
     Reported,
@@ -664,7 +663,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
     )
     try:
         event = await manager.compact(request)
-    except asyncio.CancelledError:
+    except cancel_errors() as exc:
         if cancel_requested():
             raise  # the run is cancelled (or its pass timed out)
         # A compactor that awaited something cancelled elsewhere (a future,
@@ -674,7 +673,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
             limit=manager.window,
             error=ErrorInfo(
                 type="CompactorError",
-                message=f"{manager.strategy} raised CancelledError though "
+                message=f"{manager.strategy} raised {type(exc).__name__} though "
                 "nothing cancelled the pass (it awaited something cancelled "
                 "elsewhere)",
             ),

@@ -42,7 +42,6 @@ bugs propagate unchanged (the run is logged as crashed first, `_ending`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Final
@@ -79,7 +78,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver import _audit
 from turnfsm.driver._audit import Audit
-from turnfsm.driver._cancels import cancel_requested
+from turnfsm.driver._cancels import cancel_errors, cancel_requested
 from turnfsm.driver._carry import EffectSettings, carry_out
 from turnfsm.driver._context import (
     EffectContext,
@@ -659,8 +658,8 @@ class RunLoop(Ending):
         step = self.step = self._context(decision)
         try:
             event = await carry_out(self.settings, step, decision, self.control)
-        except (Exception, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError) and cancel_requested():
+        except cancel_errors(Exception) as exc:
+            if not isinstance(exc, Exception) and cancel_requested():
                 raise  # the run is cancelled; one nothing asked for is the effect's
             # Typed already (a durable run's EffectFailed among them), except
             # a value an effect of yours made wrong (a Signal's data, a

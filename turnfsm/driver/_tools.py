@@ -12,7 +12,6 @@ running a tool in a child process that a timeout kills in
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import inspect
@@ -39,7 +38,7 @@ from turnfsm.driver._arguments import (
     check_arguments,
     problems_of_structuring,
 )
-from turnfsm.driver._cancels import cancel_requested
+from turnfsm.driver._cancels import cancel_errors, cancel_requested
 from turnfsm.driver._child import as_text
 from turnfsm.driver._schema import Unsupported, parse_doc
 from turnfsm.driver._signature import annotated_function, describe_function
@@ -619,8 +618,9 @@ async def tool_call_outcome(
     ``turnfsm.tools`` logger; the model sees only its type and message.
     A tool that calls ``sys.exit()`` fails its call like one that raised
     (the exception is a `ToolRaised` naming ``SystemExit``), and so does an
-    async tool that raises ``asyncio.CancelledError`` while its run is not
-    being cancelled (``CancelledError``).
+    async tool that raises its backend's cancellation error (asyncio's
+    ``CancelledError``, trio's ``Cancelled``) while its run is not being
+    cancelled.
     """
     tool = tools.get(call.name)
     if tool is None:
@@ -657,12 +657,12 @@ async def tool_call_outcome(
         failed = f"tool {call.name!r} failed: {exited}"
         _log_raised(call, failed, exited)
         return Message.tool_result(call.id, failed, is_error=True), exited
-    except asyncio.CancelledError as exc:
+    except cancel_errors() as exc:
         if cancel_requested():
             raise  # the run is cancelled (its timeout caught its own above)
         # An async tool that awaited something cancelled elsewhere (a future,
         # a task) raises it though nobody cancelled the run: its failure.
-        unasked = ToolRaised("CancelledError", _checks.message_of(exc))
+        unasked = ToolRaised(type(exc).__name__, _checks.message_of(exc))
         unasked.__cause__ = exc
         failed = f"tool {call.name!r} failed: {unasked}"
         _log_raised(call, failed, unasked)
