@@ -861,6 +861,25 @@ def test_limits_are_checked(value: object) -> None:
         assert info.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("counter", "tiktoken"), ("counter", 42), ("circuit_open", "false")],
+)
+def test_the_counter_and_the_breaker_are_checked(field: str, value: object) -> None:
+    # A counter by name raised TypeError deep in the count, and "false" read
+    # as an open breaker: every pass failed fast, the model never asked.
+    layered = LayeredCompactor(model=ExtractiveSummaryModel())
+    messages = conversation(2)
+    options: dict[str, object] = {"line": 0, "limit": 100, field: value}
+    with pytest.raises(ConfigError) as info:
+        anyio.run(functools.partial(layered.manual_compact, messages, **options))  # type: ignore[arg-type]
+    assert (info.value.field, info.value.value) == (field, value)
+    if field == "counter":
+        with pytest.raises(ConfigError) as info:
+            layered.compact_deterministic(messages, limit=100, counter=value)  # type: ignore[arg-type]
+        assert (info.value.field, info.value.value) == (field, value)
+
+
 @pytest.mark.anyio
 async def test_layers_four_and_five_are_callable_on_their_own() -> None:
     from turnfsm.context import CompactionContext

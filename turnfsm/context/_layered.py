@@ -72,6 +72,7 @@ from turnfsm.context._summary_model import (
     summary_window,
 )
 from turnfsm.context._values import (
+    COUNTER_CHECK,
     CompactionContext,
     CompactionProposal,
 )
@@ -346,7 +347,7 @@ class LayeredCompactor:
             required")`.
         """
         _checks.check(limit, "limit", _TOKENS)
-        counter = counter or default_counter()
+        counter = _counter(counter)
         before = counter.count(messages)
         new, applied, fits = self._deterministic_layers(messages, limit, counter)
         if not fits:
@@ -386,7 +387,8 @@ class LayeredCompactor:
         _checks.check(line, "line", _TOKENS)
         _checks.check(limit, "limit", _TOKENS)
         _checks.check(window, "window", _TOKENS)
-        counter = counter or default_counter()
+        _checks.check(circuit_open, "circuit_open", _checks.boolean())
+        counter = _counter(counter)
         before = counter.count(messages)
         if before <= line:
             return tuple(messages), Skipped(reason=_BELOW)
@@ -429,3 +431,11 @@ def _keeping(layer: Layer, pinned: frozenset[str]) -> Layer:
 
 
 _TOKENS = _checks.integer(low=0, expected="an int >= 0 (tokens)")
+
+
+def _counter(counter: TokenCounter | None) -> TokenCounter:
+    """`counter`, checked, or the default one for None."""
+    if counter is None:
+        return default_counter()
+    _checks.check(counter, "counter", COUNTER_CHECK)
+    return counter

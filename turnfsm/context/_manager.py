@@ -56,6 +56,7 @@ from turnfsm.context._pass_count import measured as _measured
 from turnfsm.context._pins import PinRules, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._values import (
+    COUNTER_CHECK,
     CompactBase,
     CompactionContext,
     CompactionProposal,
@@ -322,11 +323,7 @@ class ContextManager(OldEntryPoints):
     )
     counter: TokenCounter = attrs.field(
         factory=default_counter,
-        validator=_checks.instance(
-            TokenCounter,
-            "a TokenCounter (count() and count_text() methods)",
-            called=("count", "count_text", "units", "text_units", "tokens"),
-        ),
+        validator=COUNTER_CHECK,
     )
     use_reported_usage: bool = attrs.field(default=False, validator=_checks.boolean())
     calibrate: bool = attrs.field(default=False, validator=_checks.boolean())

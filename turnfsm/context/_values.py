@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, TypeAlias, final
+from typing import Any, Final, TypeAlias, final
 
 import attrs
 
@@ -30,6 +30,13 @@ __all__ = [
     "CompactionRequest",
     "ModelCall",
 ]
+
+COUNTER_CHECK: Final = _checks.instance(
+    TokenCounter,
+    "a TokenCounter (count() and count_text() methods)",
+    called=("count", "count_text", "units", "text_units", "tokens"),
+)
+"""The check of a token counter handed in: its protocol's methods, callable."""
 
 ModelCall: TypeAlias = Callable[
     [ModelRequest, "ModelClient | None"], Awaitable[ModelResponse]
