@@ -401,6 +401,33 @@ def test_compaction_failed_keeps_its_cause_positionally_and_lists_items() -> Non
     )
 
 
+def test_a_pass_that_failed_with_room_to_spare_blames_no_size() -> None:
+    # A summary model down, at 384 tokens of a 50,000-token window: the error
+    # said "could not summarise them small enough", asking for a window of
+    # at least 406 tokens, or told the user to change strategy.
+    for largest in ((USER,), (RESULT,)):
+        error = CompactionFailed(
+            384,
+            50_000,
+            "ConnectionError: summary service unreachable",
+            largest=largest,
+            strategy="SummarizingCompactor",
+        )
+        assert str(error) == (
+            "compaction failed at 384 tokens (limit 50000): ConnectionError: "
+            "summary service unreachable; the conversation fits the window (its "
+            "emergency line is over 384 tokens): the pass failed on its own, not "
+            "for want of room - mend its cause (a summary model that fails: fix "
+            "it, or give the compactor another model=)"
+        )
+        assert str(round_trip(error)) == str(error)
+    # Over the emergency line, or refused by the provider: the sizes still tell.
+    tight = CompactionFailed(390, 410, "boom", largest=(USER,), strategy="X")
+    assert "largest: user message #4" in str(tight)
+    refused = attrs.evolve(error, provider_message="maximum context length is 300")
+    assert "largest: tool result of read_file" in str(refused)
+
+
 # -- explain ----------------------------------------------------------------------
 
 

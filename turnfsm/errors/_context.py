@@ -366,10 +366,33 @@ class CompactionFailed(ContextExceeded):
     cause: str = ""
 
     def __str__(self) -> str:
-        return (
+        head = (
             f"compaction failed at {self.used} tokens (limit {self.limit}): "
             f"{self.cause}" + (f"; {_counter_text(self)}" if self.counter else "")
-        ) + _largest_text(self)
+        )
+        if self.largest and self._had_room():
+            # A summary model down, a compactor that raised: what fills the
+            # conversation, or a bigger window, is no help.
+            return head + (
+                "; the conversation fits the window (its emergency line is over "
+                f"{self.used} tokens): the pass failed on its own, not for want "
+                "of room - mend its cause (a summary model that fails: fix it, or "
+                "give the compactor another model=)"
+            )
+        return head + _largest_text(self)
+
+    def _had_room(self) -> bool:
+        """Whether the window had room for what the pass was given, by the count.
+
+        Not when the provider refused the request as too long (the window is
+        then the model's, smaller than counted) or the window check refused
+        one (what it refused was bigger than `used`).
+        """
+        return (
+            not self.provider_message
+            and not self.counter
+            and window_to_send(_needed(self)) <= self.limit
+        )
 
 
 @final
