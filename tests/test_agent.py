@@ -58,6 +58,21 @@ from turnfsm.testing import ScriptedModel
             "it is a model client's setting: model=OpenAIModel('...', tool_choice=...)",
         ),
         ("recursion_limit", 25, "the model calls a run may make are max_turns=..."),
+        # Said "see Driver", though the docs map each (LangGraph's, the
+        # OpenAI Agents SDK's).
+        (
+            "interrupt_before",
+            ["tools"],
+            "a run that pauses for approval before its tools run is "
+            "machine=approval_machine(); answer it with agent.resume(...)",
+        ),
+        ("state_modifier", "Be brief.", "the system prompt is system_prompt='...'"),
+        (
+            "tool_use_behavior",
+            "stop_on_first_tool",
+            "what follows the tools is the machine's: a machine file whose "
+            "tools_finished goes to done ends the run once they ran (machine=...)",
+        ),
         (
             "strategy",  # the command line's --strategy; was "see Driver"
             "layered",

@@ -265,6 +265,11 @@ _SESSION_BY_ID: Final = (
     "agent.run(..., session=await Session.open(agent.store, ID))"
 )
 
+_APPROVAL: Final = (
+    "a run that pauses for approval before its tools run is "
+    "machine=approval_machine(); answer it with agent.resume(...)"
+)
+
 _CLIENT_SETTING: Final = (
     "it is a model client's setting: model=OpenAIModel('...', {name}=...)"
 )
@@ -294,7 +299,17 @@ _OTHER_NAMES: Final = {
         "run continues a Session"
     ),
     "response_format": "a structured answer's type is output_type=YourClass",
+    "output_schema": "a structured answer's type is output_type=YourClass",
     "temperature": _CLIENT_SETTING.format(name="temperature"),
+    "interrupt_before": _APPROVAL,
+    "interrupt_after": _APPROVAL,
+    "state_modifier": "the system prompt is system_prompt='...'",
+    "prompt": "the system prompt is system_prompt='...'",
+    "tool_use_behavior": (
+        "what follows the tools is the machine's: a machine file whose "
+        "tools_finished goes to done ends the run once they ran (machine=...)"
+    ),
+    "max_iterations": "the model calls a run may make are max_turns=...",
 }
 """Other agent frameworks' names for a setting, and what does their job here."""
 
