@@ -285,8 +285,8 @@ async def test_a_failed_child_is_an_error_result_naming_its_typed_error() -> Non
     assert kid.runs[0].outcome == "failed"
     assert result.text == (
         "error: tool 'reader' failed: SubagentFailed: the sub-agent 'reader' "
-        f"ended failed: MaxTurnsExceeded: {kid.runs[0].error} (its run is session "
-        f"{kid.id!r}: `turnfsm sessions show {kid.id}`)"
+        f"ended failed: MaxTurnsExceeded: {kid.runs[0].error} (its run is kept as "
+        f"session {kid.id!r}, in the parent agent's store)"
     )
     last = (await Session.load(store, result.session_id)).history[-2]
     assert last.tool_results[0].is_error

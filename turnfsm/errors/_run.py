@@ -456,8 +456,8 @@ class SubagentFailed(TurnFSMError):
             return f"the sub-agent {self.tool!r} did not run: {self.cause}"
         return (
             f"the sub-agent {self.tool!r} ended {self.outcome}: {self.cause} (its "
-            f"run is session {self.session_id!r}: `turnfsm sessions show "
-            f"{self.session_id}`)"
+            f"run is kept as session {self.session_id!r}, in the parent agent's "
+            "store)"
         )
 
 
