@@ -1738,6 +1738,8 @@ def test_create_worker_names_the_agents_given_when_they_are_not_agents(
         ({"retry_initial": 50, "retry_max": 1}, "retry_max=1"),
         ({"heartbeat_timeout": 1e14}, "heartbeat_timeout="),
         ({"task_timeout": 1e14}, "task_timeout="),
+        # Accepted, Temporal cut it to its longest without a word.
+        ({"task_timeout": 300}, r"task_timeout=300: expected seconds <= 120"),
         ({"log_timeout": 1e10}, "log_timeout="),
     ],
 )

@@ -80,6 +80,10 @@ def workflow_id_of(session_id: str) -> str:
     return f"turnfsm-{session_id}"
 
 
+MAX_TASK_TIMEOUT: Final = 120.0
+"""Temporal's longest workflow task timeout, in seconds (its server's cap)."""
+
+
 def _seconds(name: str) -> Any:
     return _checks.seconds(name, optional=False)
 
@@ -116,7 +120,8 @@ class DurableOptions:
             `retry_initial`).
         log_timeout: Seconds a session-log activity (load, append) may take.
         task_timeout: Seconds a workflow task may take before Temporal hands
-            it to another worker (how soon a run whose worker died goes on).
+            it to another worker (how soon a run whose worker died goes on);
+            at most 120, Temporal's own cap.
         history_limit: Events a workflow run's history may reach before the
             run continues in a new workflow run (the same workflow id, a
             fresh history), resumed from its log at its next step; None:
@@ -163,7 +168,18 @@ class DurableOptions:
         default=30.0, validator=[_seconds("retry_max"), _not_below_initial]
     )
     log_timeout: float = attrs.field(default=60.0, validator=_seconds("log_timeout"))
-    task_timeout: float = attrs.field(default=10.0, validator=_seconds("task_timeout"))
+    task_timeout: float = attrs.field(
+        default=10.0,
+        validator=[
+            _seconds("task_timeout"),
+            _checks.number(
+                "task_timeout",
+                high=MAX_TASK_TIMEOUT,
+                expected=f"seconds <= {MAX_TASK_TIMEOUT:g}: Temporal's longest "
+                "workflow task (a longer one is cut to it without a word)",
+            ),
+        ],
+    )
     history_limit: int | None = attrs.field(
         default=None, validator=_checks.integer("history_limit", low=1, optional=True)
     )
