@@ -794,6 +794,19 @@ def message_of(exc: BaseException) -> str:
         return f"(its message could not be read: str() raised {type(failed).__name__})"
 
 
+def crash_named(exc: BaseException) -> tuple[str, str]:
+    """Return the type name and message a crash on `exc` is told with.
+
+    Its own, or, for an error standing in for one raised elsewhere (a
+    durable run's step crashed on an exception in its worker), that
+    exception's: the error's ``crashed_as``.
+    """
+    named = getattr(exc, "crashed_as", None)
+    if isinstance(named, tuple) and len(named) == 2:
+        return str(named[0]), str(named[1])
+    return type(exc).__name__, message_of(exc)
+
+
 def token_count(value: object, counter: object, method: str) -> int:
     """Return `value`, what `counter`'s `method` returned, if it is a token count.
 

@@ -1774,6 +1774,31 @@ async def test_a_retry_policy_temporal_would_refuse_as_given_runs_durably(
     assert (result.outcome, result.text) == ("done", "fine")
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local"])
+async def test_a_model_that_raises_crashes_the_run_on_its_own_exception(
+    temporal_client: Client, tmp_path: Path, local: bool
+) -> None:
+    # The log and the error said EffectCrashed, a name of turnfsm's own, where
+    # an in-process run says KeyError.
+    store = SQLiteStore(tmp_path / "c.db")
+    agent = Agent(model=ScriptedModel.of(KeyError("oops")), store=store, name="bug")
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent,
+            "hi",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(local_activities=local),
+        )
+        with pytest.raises(RunCrashed) as caught:
+            await run.result(timeout=30)
+    assert (caught.value.type, caught.value.message) == ("KeyError", "'oops'")
+    (crashed,) = (await Session.load(store, run.session_id)).runs
+    assert crashed.outcome == "failed"
+    assert isinstance(crashed.error, RunCrashed)
+    assert (crashed.error.type, crashed.error.message) == ("KeyError", "'oops'")
+
+
 async def test_a_terminated_workflows_result_says_so_and_how_to_take_it_over(
     temporal_client: Client, tmp_path: Path
 ) -> None:

@@ -289,7 +289,8 @@ class Ending:
         Observers hear of it even when the log cannot take it (its store is
         down): the run is over in this process, whatever the log says.
         """
-        crashed = RunCrashed(type=type(exc).__name__, message=_checks.message_of(exc))
+        kind, message = _checks.crash_named(exc)
+        crashed = RunCrashed(type=kind, message=message)
         if self.ended:  # its end is logged (an `on_run_end` hook raised): once
             return
         # What the last step would have committed is not: the run crashed.

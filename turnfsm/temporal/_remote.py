@@ -140,10 +140,17 @@ class _Earlier:
 class EffectCrashed(Exception):
     """An activity failed for good outside its effect's events (internal).
 
-    A crash, not an effect's failure: the run is logged crashed (`is_crash`).
+    A crash, not an effect's failure: the run is logged crashed (`is_crash`),
+    on the exception the activity raised when it sent its type and message
+    (``crashed_as``), as an in-process run is.
     """
 
     is_crash = True
+
+    def __init__(self, message: str, crashed_as: tuple[str, str] | None = None):
+        super().__init__(message)
+        if crashed_as is not None:
+            self.crashed_as = crashed_as
 
 
 def now() -> float:
@@ -884,7 +891,7 @@ class _Remote:
             if cause.type == TURNFSM_ERROR and details:
                 raise serde.error_from_json(details[0]) from None
             if cause.type == CRASHED:
-                raise EffectCrashed(cause.message) from None
+                raise EffectCrashed(cause.message, _raised(details)) from None
         if isinstance(decision, CallLLM):
             # The model call never came back (timeouts, retries spent).
             return ModelFailed(
@@ -892,7 +899,17 @@ class _Remote:
                     type="activity_failed", message=str(cause or exc), retryable=True
                 )
             )
-        raise EffectCrashed(f"{effect_key(decision)}: {cause or exc}") from None
+        failure = cause or exc
+        message = f"{effect_key(decision)}: {failure}"
+        raise EffectCrashed(message, (type(failure).__name__, message)) from None
+
+
+def _raised(details: Sequence[Any]) -> tuple[str, str] | None:
+    """The type name and message of the exception a crashed activity sent."""
+    detail = details[0] if details else None
+    if isinstance(detail, Mapping) and {"type", "message"} <= set(detail):
+        return str(detail["type"]), str(detail["message"])
+    return None
 
 
 async def _keep(ctx: EffectContext, finished: Mapping[int, Message]) -> None:

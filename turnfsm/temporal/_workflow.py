@@ -76,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
     import attrs
 
     import turnfsm._resources  # noqa: F401
-    from turnfsm import serde
+    from turnfsm import _checks, serde
     from turnfsm.agent import Agent
     from turnfsm.core import (
         Event,
@@ -361,9 +361,10 @@ class TurnWorkflow:
         except Exception as exc:
             # The loop logged the crash; the workflow fails for good.
             await log.flush()
+            kind, message = _checks.crash_named(exc)
             raise ApplicationError(
-                f"the run crashed: {type(exc).__name__}: {exc}",
-                {"type": type(exc).__name__, "message": str(exc)},
+                f"the run crashed: {kind}: {message}",
+                {"type": kind, "message": message},
                 type=CRASHED,
                 non_retryable=True,
             ) from exc
