@@ -72,7 +72,7 @@ from turnfsm.context._summary_model import (
     summary_window,
 )
 from turnfsm.context._values import (
-    COUNTER_CHECK,
+    _COUNTER_CHECK,
     CompactionContext,
     CompactionProposal,
 )
@@ -437,5 +437,5 @@ def _counter(counter: TokenCounter | None) -> TokenCounter:
     """`counter`, checked, or the default one for None."""
     if counter is None:
         return default_counter()
-    _checks.check(counter, "counter", COUNTER_CHECK)
+    _checks.check(counter, "counter", _COUNTER_CHECK)
     return counter

@@ -56,7 +56,7 @@ from turnfsm.context._pass_count import measured as _measured
 from turnfsm.context._pins import PinRules, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._values import (
-    COUNTER_CHECK,
+    _COUNTER_CHECK,
     CompactBase,
     CompactionContext,
     CompactionProposal,
@@ -323,7 +323,7 @@ class ContextManager(OldEntryPoints):
     )
     counter: TokenCounter = attrs.field(
         factory=default_counter,
-        validator=COUNTER_CHECK,
+        validator=_COUNTER_CHECK,
     )
     use_reported_usage: bool = attrs.field(default=False, validator=_checks.boolean())
     calibrate: bool = attrs.field(default=False, validator=_checks.boolean())

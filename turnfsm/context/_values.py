@@ -31,7 +31,7 @@ __all__ = [
     "ModelCall",
 ]
 
-COUNTER_CHECK: Final = _checks.instance(
+_COUNTER_CHECK: Final = _checks.instance(
     TokenCounter,
     "a TokenCounter (count() and count_text() methods)",
     called=("count", "count_text", "units", "text_units", "tokens"),
