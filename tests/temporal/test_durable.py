@@ -58,7 +58,7 @@ from turnfsm.errors import (
     TemporalUnreachable,
     WaitTimedOut,
 )
-from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
+from turnfsm.hooks import Hook, ModelCallInfo, RunEndInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     CompactionRecord,
@@ -1298,36 +1298,64 @@ async def test_the_cancel_signal_interrupts_the_call_in_flight(
     await _replays(history)
 
 
+class _Attempts(Hook):
+    """Hears each model call's attempt and the seconds waited before it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, float]] = []
+
+    def on_model_call_start(self, info: ModelCallInfo) -> None:
+        self.seen.append((info.attempt, info.waited))
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local"])
 async def test_a_transient_model_error_is_retried_by_temporal_not_tenacity(
-    temporal_client: Client, tmp_path: Path
+    temporal_client: Client, tmp_path: Path, local: bool
 ) -> None:
     calls: list[int] = []
 
     async def flaky(request: ModelRequest) -> Message:
         calls.append(len(calls))
-        if len(calls) < 3:
+        if len(calls) == 1:
             raise ProviderError("slow down", retryable=True, kind="rate_limit")
+        if len(calls) == 2:  # the provider says how long
+            raise ProviderError(
+                "slow down", retryable=True, kind="rate_limit", retry_after=0.3
+            )
         return reply("fine")
 
+    heard = _Attempts()
     agent = Agent(
         model=FakeModelClient(flaky),
         store=SQLiteStore(tmp_path / "t.db"),
         name="flaky",
         retry=RetryPolicy(max_attempts=4, initial_wait=0.05, max_wait=0.1),
+        hooks=[heard],
     )
     async with _served(temporal_client, agent) as queue:
-        run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+        run = await start_durable(
+            agent,
+            "hi",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(local_activities=local),
+        )
         result = await run.result()
         history = await _history(temporal_client, run.workflow_id)
     assert result.ok
     assert result.text == "fine"
     assert calls == [0, 1, 2]  # one model call per activity attempt
-    attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.HasField("activity_task_started_event_attributes")
-    ]
-    assert max(attempts) == 3
+    # The hooks hear each attempt's number and wait, as in-process (they
+    # heard attempt 1, waited 0, three times). A local activity keeps no
+    # heartbeat: its wait is the policy's, not the provider's.
+    assert heard.seen == [(1, 0.0), (2, 0.05), (3, 0.1 if local else 0.3)]
+    if not local:
+        attempts = [
+            e.activity_task_started_event_attributes.attempt
+            for e in history.events
+            if e.HasField("activity_task_started_event_attributes")
+        ]
+        assert max(attempts) == 3
 
 
 async def test_a_model_failing_for_good_fails_the_run_as_in_process(

@@ -118,6 +118,11 @@ class RunResources:
         window: The agent's context window (its context manager's, else
             its `context_window`; 0: none). A run resumed by an agent on a
             smaller window than the run began on sends no request over it.
+        first_attempt: The number of the model call's first attempt here:
+            a durable run's model call that Temporal tries again starts
+            at the attempt its activity makes (2 for the first retry).
+        first_wait: The seconds waited before that attempt (0 for the
+            first), as the model-call hooks hear it.
     """
 
     run_id: str
@@ -142,6 +147,8 @@ class RunResources:
     ephemeral: bool = False
     output: OutputType | None = None
     window: int = 0
+    first_attempt: int = 1
+    first_wait: float = 0.0
 
     def measure(self, *parts: Sequence[Message]) -> int:
         """Return the size of a request carrying `parts`: messages + reserved."""

@@ -75,7 +75,7 @@ async def complete(
     streamed = run.stream if stream is None else stream
     hooks = run.hooks
     observed = hooks.wants("on_model_call_start") or hooks.wants("on_model_call_end")
-    attempts = 0
+    attempts = run.first_attempt - 1  # a durable run's retry: Temporal's count
     ended = 0.0
     limit = run.model_timeout
     sent: list[str] = []  # the text the attempt streamed to the hooks
@@ -122,7 +122,13 @@ async def complete(
             model=name,
             provider=provider,
             request=request,
-            waited=started - ended if attempts > 1 else 0.0,
+            waited=(
+                0.0
+                if attempts < 2
+                else started - ended
+                if ended
+                else run.first_wait  # waited in another attempt's activity
+            ),
         )
         response: ModelResponse | None = None
         error: BaseException | None = None

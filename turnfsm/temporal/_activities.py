@@ -479,6 +479,15 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
             output=driver._output,
             retry=_ONE_ATTEMPT if key == "call_llm" else None,
         )
+        info = activity.info()
+        if key == "call_llm" and info.attempt > 1:
+            # Temporal's retry of the model call: the hooks hear its number
+            # and its wait, as of an in-process retry.
+            run = attrs.evolve(
+                run,
+                first_attempt=info.attempt,
+                first_wait=_waited(info, driver.retry),
+            )
         ctx = EffectContext(run=run, snapshot=snapshot)
 
         async def work() -> dict[str, Any]:
@@ -519,6 +528,23 @@ async def _carry_out(
     return data
 
 
+_RETRY_WAIT: Final = "retry_wait"
+"""The heartbeat detail a failed model call's attempt leaves: the wait it chose."""
+
+
+def _waited(info: activity.Info, policy: RetryPolicy) -> float:
+    """The seconds the retry before attempt `info.attempt` waited.
+
+    What the attempt before chose and left in its heartbeat (a provider's
+    Retry-After among them), else the policy's backoff, Temporal's wait.
+    """
+    for detail in reversed(info.heartbeat_details):
+        wait = detail.get(_RETRY_WAIT) if isinstance(detail, Mapping) else None
+        if isinstance(wait, int | float) and not isinstance(wait, bool):
+            return float(wait)
+    return policy.backoff(info.attempt - 1)
+
+
 def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
     """The event as JSON; a transient model failure is raised for Temporal to retry.
 
@@ -545,6 +571,9 @@ def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
             if past is not None:
                 message = past
             elif policy.allows_wait(then, elapsed=since):
+                # Kept for the next attempt, which tells the hooks how long
+                # it waited (an activity's; a local one's goes without).
+                activity.heartbeat({_RETRY_WAIT: then})
                 raise ApplicationError(
                     message,
                     serde.to_json(event),
