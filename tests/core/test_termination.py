@@ -264,7 +264,13 @@ def test_a_model_call_not_entered_on_measured_bounds_nothing() -> None:
 
     problems = problems_of(text)
 
-    assert problems == (f"cycle call_llm -[model_replied]-> call_llm {UNBOUNDED}",)
+    assert problems == (
+        f"cycle call_llm -[model_replied]-> call_llm {UNBOUNDED}",
+        "phase 'call_llm' on 'model_replied' stays in it for another model call,"
+        " unmeasured: a model call must follow 'measured' or 'compaction_result'"
+        " (give it a dest that measures the request: a phase with decision ="
+        ' "measure")',
+    )
 
 
 @pytest.mark.parametrize(

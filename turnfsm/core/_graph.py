@@ -91,7 +91,7 @@ def check_graph(spec: MachineSpec, problem: Report, *, recorded: bool = False) -
     if not recorded:
         _check_never_fires(groups, problem)
     _check_termination(spec, groups, problem, recorded=recorded)
-    _check_model_calls(spec, groups, problem)
+    _check_model_calls(spec, groups, problem, recorded=recorded)
     _check_compaction_counts(spec, groups, problem, recorded=recorded)
     _check_cancellation(spec, groups, problem)
 
@@ -141,6 +141,10 @@ _MEASURED_GUARDS: Final = (
 _COMPACTION_LIMIT: Final = "is_compaction_limit_reached"
 _COUNT_COMPACTION: Final = "count_compaction"
 _NO_PROGRESS: Final = "is_no_progress"
+_ADOPTS: Final = "record_compaction"
+"""The action that makes a pass's result the conversation."""
+_FLUSH: Final = "flush_inbox"
+_INJECTED: Final = "message_injected"
 
 
 def _phases_emitting(spec: MachineSpec, kind: str) -> set[str]:
@@ -205,12 +209,32 @@ def _check_model_calls(
     spec: MachineSpec,
     groups: Mapping[tuple[str, str], list[TransitionSpec]],
     problem: Report,
+    *,
+    recorded: bool = False,
 ) -> None:
     calls = _phases_emitting(spec, "call_llm")
     compacts = _phases_emitting(spec, "compact")
     terminal = set(spec.terminal)
     for (src, trigger), group in groups.items():
         for index, t in enumerate(group):
+            if (
+                not recorded
+                and t.dest is None
+                and src in calls
+                and trigger not in _SIZED_TRIGGERS
+                and (trigger == "run_started" or trigger not in _EXTERNAL_TRIGGERS)
+            ):
+                # Staying makes the phase's decision again: another call (or,
+                # on the run's start, its first).
+                problem(
+                    f"phase {src!r} on {trigger!r} stays in it for "
+                    + ("its first" if trigger == "run_started" else "another")
+                    + " model call, unmeasured: a model call must follow "
+                    "'measured' or 'compaction_result' (give it a dest that "
+                    'measures the request: a phase with decision = "measure")',
+                    t,
+                )
+                continue
             if t.dest in compacts and trigger == "measured":
                 if not _is_limit_checked(group, index, terminal):
                     problem(
@@ -393,6 +417,16 @@ def _check_termination(
     edges = {node: [] for node in full}
     shrinking = {node: [] for node in full}
     entered = {state.name: set(state.on_enter) for state in spec.states}
+    # The phases that take an injected message in at once, staying put: a
+    # hook may inject one at every step, so entering one adds to the
+    # conversation (the stay itself is fed from outside, no step of a cycle).
+    unadopted: set[tuple[str, str]] = set()  # results let through, not adopted
+    takes_in = {
+        src
+        for (src, trigger), group in groups.items()
+        if trigger == _INJECTED
+        and any(t.dest is None and _FLUSH in t.actions for t in group)
+    }
     for (src, trigger), group in groups.items():
         for index, t in enumerate(group):
             dest = t.dest
@@ -408,13 +442,20 @@ def _check_termination(
             )
             # A pass the no-progress guard let through lowered the estimate
             # (the driver holds a pass of the user's to the sizes it says).
-            shrinks = (
+            # A result lowers it only once adopted: one left unrecorded comes
+            # round at the same size, saving the same again, for ever.
+            guarded = (
                 src in compacts
                 and trigger in COMPACTION_FEEDS
                 and checks_first(group, index, _NO_PROGRESS, terminal, terminal)
             )
+            shrinks = guarded and (
+                recorded or trigger != _RESULT or _ADOPTS in t.actions
+            )
+            if guarded and not shrinks:
+                unadopted.add((src, trigger))
             limited = in_a_row_limited or shrinks
-            adds = _what_adds(t, entered)
+            adds = _what_adds(t, dest, entered, takes_in, compacts)
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
             under_turn_limit = trigger == "measured" and _is_turn_checked(
@@ -472,6 +513,13 @@ def _check_termination(
             if id(cycle) in adding
             else ""
         )
+        kept = next((step for step in cycle if step in unadopted), None)
+        if kept is not None and not why:
+            why = (
+                f" (its {kept[1]!r} out of {kept[0]!r} passes the no-progress "
+                f"guard without {_ADOPTS!r}: the next pass finds the same "
+                "conversation and saves the same again)"
+            )
         problem(
             f"cycle {path} {cycle[0][0]} is not bounded by a model call, a retry "
             f"counter or the no-progress guard{why}",
@@ -549,20 +597,40 @@ def _reset_cycles(
     return named
 
 
-def _what_adds(t: TransitionSpec, entered: Mapping[str, set[str]]) -> str:
-    """What `t` adds to the conversation without a reply, as a problem says it.
+def _what_adds(
+    t: TransitionSpec,
+    dest: str,
+    entered: Mapping[str, set[str]],
+    takes_in: set[str],
+    compacts: set[str],
+) -> str:
+    """What `t` (into `dest`) adds to the conversation without a reply, in words.
 
     Empty when it adds nothing: no message of its signal, no tool results,
-    no injected messages taken in (by its actions, or its phase's `on_enter`).
+    no injected messages taken in (by its actions, its phase's `on_enter`,
+    or a `message_injected` there that takes them in at once: `takes_in`),
+    no messages of a step other than a compaction pass adopted as the
+    conversation (a `compaction_result` of an effect of one's own, out of
+    a phase that is not in `compacts`: it may put back what a pass cut).
     """
     if t.message is not None:
         return f"its {t.trigger!r} adds the signal's {t.message!r} to the conversation"
     if {"record_results", "record_review"} & set(t.actions):
         return f"its {t.trigger!r} adds tool results to the conversation"
-    if "flush_inbox" in t.actions:
+    if _FLUSH in t.actions:
         return f"its {t.trigger!r} takes in the messages injected meanwhile"
-    if t.dest is not None and "flush_inbox" in entered.get(t.dest, ()):
+    if t.dest is not None and _FLUSH in entered.get(t.dest, ()):
         return f"its {t.trigger!r} enters {t.dest!r}, which takes in injected messages"
+    if dest in takes_in:
+        return (
+            f"its {t.trigger!r} enters {dest!r}, where {_INJECTED!r} takes in "
+            "injected messages at once"
+        )
+    if _ADOPTS in t.actions and not set(t.sources) <= compacts:
+        return (
+            f"its {t.trigger!r} adopts the messages of a step that is no "
+            "compaction pass as the conversation"
+        )
     return ""
 
 
