@@ -417,10 +417,10 @@ def _check_termination(
     edges = {node: [] for node in full}
     shrinking = {node: [] for node in full}
     entered = {state.name: set(state.on_enter) for state in spec.states}
+    unadopted: set[tuple[str, str]] = set()  # results let through, not adopted
     # The phases that take an injected message in at once, staying put: a
     # hook may inject one at every step, so entering one adds to the
     # conversation (the stay itself is fed from outside, no step of a cycle).
-    unadopted: set[tuple[str, str]] = set()  # results let through, not adopted
     takes_in = {
         src
         for (src, trigger), group in groups.items()
