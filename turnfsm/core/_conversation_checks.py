@@ -34,6 +34,7 @@ from turnfsm.core._reducers import ACCEPTS
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
 __all__ = [
+    "NO_ANSWERS",
     "OUTCOMES",
     "PLACED",
     "RECORDS",
@@ -115,6 +116,7 @@ def check_conversation(
 
 
 _CALLS: Final = "has_tool_calls"
+_ADOPTS: Final = "record_compaction"
 
 _ENDS: Final = frozenset({"finish", "fail"})
 """The decisions of the phases that end a run."""
@@ -279,6 +281,13 @@ _STEPS_OWN: Final = frozenset(
     {"run_started", "output_rejected", *(t for ts in OUTCOMES.values() for t in ts)}
 )
 """The triggers only a built-in step feeds (`tools_finished`: the calls ran)."""
+
+NO_ANSWERS: Final = _STEPS_OWN - {"tools_finished"}
+"""The triggers no answer to a paused run has: a run's start, a step's outcome.
+
+A paused phase makes no step; tool results brought from outside
+(`tools_finished`) answer the calls it waits on.
+"""
 
 
 def _may_come(kind: str | None, trigger: str, *, effect: bool = False) -> bool:
@@ -641,7 +650,19 @@ def _check_records(
 def _check_commits(
     spec: MachineSpec, kinds: Mapping[str, str | None], problem: Report
 ) -> None:
-    """Every way into a finish phase commits the run's messages."""
+    """Every way into a finish phase commits the run's messages; none into a fail.
+
+    A pass's result adopted (`record_compaction`) is a commit: taken on the
+    way into a fail phase, a failed run would keep what it did.
+    """
+    for t in spec.transitions:
+        if _ADOPTS in t.actions and t.dest is not None and kinds.get(t.dest) == "fail":
+            problem(
+                f"{_ADOPTS!r} commits a pass's result, but this transition ends "
+                f"the run in fail phase {t.dest!r}, and a failed run commits "
+                f"nothing: take {_ADOPTS!r} out of its actions",
+                t,
+            )
     for state in spec.states:
         if state.decision != "finish" or "commit_pending" in state.on_enter:
             continue
