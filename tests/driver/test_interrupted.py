@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from turnfsm.driver import Driver, Session, function_tool
-from turnfsm.errors import Cancelled, SessionBusy, StoreUnusable
+from turnfsm.errors import Cancelled, SessionBusy, SessionConflict, StoreUnusable
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     Entry,
@@ -305,3 +305,70 @@ async def _work(name: str) -> str:
         name: which piece.
     """
     return f"{name} done"
+
+
+async def test_a_new_run_refused_meanwhile_does_not_refuse_the_resume(
+    tmp_path: Path,
+) -> None:
+    # A second request's new run, refused for the open run, took the session
+    # while its refusal read the log: the resume of that run, in the same
+    # process at that moment, was refused as "running another run", though
+    # nothing ran, and the session stayed interrupted.
+    reading = anyio.Event()
+    go_on = anyio.Event()
+
+    class Gated(SQLiteStore):
+        gate = False
+
+        async def load(self, session_id: str) -> Sequence[Entry]:
+            if self.gate:  # the refusal's read of the log: held up
+                self.gate = False
+                reading.set()
+                await go_on.wait()
+            return await super().load(session_id)
+
+    calls: list[int] = []
+
+    async def work() -> str:
+        """Work a while the first time."""
+        calls.append(1)
+        if len(calls) == 1:
+            await anyio.sleep(5)
+        return "worked"
+
+    store = Gated(tmp_path / "s.db")
+    driver = Driver(
+        model=FakeModelClient(
+            lambda r: (
+                reply("done")
+                if r.messages[-1].role.value == "tool"
+                else reply("", tool_call("work", "c1"))
+            )
+        ),
+        tools=[function_tool(work, idempotent=True)],
+    )
+    session = Session(store=store)
+    with anyio.move_on_after(0.3):  # the client went away while `work` ran
+        await driver.run("task", session=session)
+    (run,) = (await Session.open(store, session.id)).open_runs()
+    refused: list[BaseException] = []
+
+    async def new_run() -> None:
+        view = await Session.open(store, session.id)
+        store.gate = True
+        try:
+            await driver.run("hello", session=view)
+        except (SessionBusy, SessionConflict) as exc:
+            refused.append(exc)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            group.start_soon(new_run)
+            await reading.wait()
+            resumed = await driver.resume(
+                await Session.open(store, session.id), run.run_id
+            )
+            go_on.set()
+    assert resumed.outcome == "done"
+    assert len(refused) == 1
+    await store.aclose()

@@ -26,7 +26,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._inputs import reopen
-from turnfsm.driver._lease import holding
+from turnfsm.driver._lease import holding, lease_owner, owner_id
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType, check_resumed
 from turnfsm.driver._store_calls import read_session
@@ -76,16 +76,23 @@ async def start_run(
     compacted history when it goes on.
     """
     _not_in_a_tools_process()
+    waiting = [
+        run
+        for run in session.open_runs()
+        if not (beside_paused and _waits_for_answer(run))
+    ]
     with session.claim():
+        if waiting and await _not_held_elsewhere(session, driver.store_timeout):
+            # Refused before it holds the session: a resume or an abandon of
+            # the open run in this process meanwhile is not told the session
+            # is busy with a run that is only being refused.
+            raise await _refusal(
+                session, waiting[-1].run_id, None, driver.store_timeout
+            )
         async with holding(
             session, ttl=driver.lease_ttl, store_timeout=driver.store_timeout
         ) as previous:
-            waiting = [
-                run
-                for run in session.open_runs()
-                if not (beside_paused and _waits_for_answer(run))
-            ]
-            if waiting:
+            if waiting:  # held by another process: its lease tells how
                 raise await _refusal(
                     session, waiting[-1].run_id, previous, driver.store_timeout
                 )
@@ -372,6 +379,12 @@ def _loop(
         run_id, session=session, session_id=session.id, hooks=hooks, output=output
     )
     return RunLoop(driver.effect_settings, session, machine, run, control)
+
+
+async def _not_held_elsewhere(session: Session, store_timeout: float | None) -> bool:
+    """Whether no other process holds `session`'s lease (none: a store without)."""
+    owner = await lease_owner(session, store_timeout)
+    return owner is None or owner == owner_id()
 
 
 async def _refusal(
