@@ -42,7 +42,7 @@ from turnfsm import (
 )
 from turnfsm._resources import machines_dir
 from turnfsm.cli._demo import TASK, build_demo_agent
-from turnfsm.core import MachineSpec, Signal, ToolCallsReviewed
+from turnfsm.core import MachineSpec, Pause, Signal, ToolCallsReviewed
 from turnfsm.driver import RetryPolicy, RunControl, current_tool_call, replay
 from turnfsm.errors import (
     Cancelled,
@@ -875,6 +875,25 @@ async def test_result_with_a_timeout_says_where_the_run_waits(
         await unserved.handle.terminate("test over")
     assert f"it does not go on: invalid task_queue={queue!r}" in str(caught.value)
     assert f"turnfsm worker --task-queue {queue}" in str(caught.value)
+
+
+def test_a_run_is_told_paused_only_with_what_it_waits_for() -> None:
+    # Between the run's pause and its log's write, the status said paused
+    # waiting for nothing, and an approval sent then was refused.
+    status = _workflow._Status()
+    status.on_run_end(
+        RunEndInfo(
+            run_id="r", phase="await_approval", text="", error=None, outcome="paused"
+        )
+    )
+    assert (status.outcome, status.waiting) == ("running", None)
+    pause = Pause(phase="await_approval", calls=(), accepts=("tool_calls_reviewed",))
+    status.paused(pause)
+    assert (status.outcome, status.waiting) == ("paused", pause)
+    status.paused(None)  # answered: it goes on
+    assert (status.outcome, status.waiting) == ("running", None)
+    status.on_run_end(RunEndInfo(run_id="r", phase="done", text="ok", error=None))
+    assert status.value().outcome == "done"
 
 
 def test_an_answer_refused_in_the_workflow_says_it_failed_and_the_way_on() -> None:

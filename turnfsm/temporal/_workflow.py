@@ -171,10 +171,17 @@ class _Status(Hook):
 
     def on_run_end(self, info: RunEndInfo) -> None:
         self.phase = info.phase
-        if not isinstance(info.error, ContinuedAsNew):
+        if not isinstance(info.error, ContinuedAsNew) and info.outcome != "paused":
             # Stopped to continue as new, the run goes on: still running
             # (its steering is taken, and carried to the new workflow run).
+            # Paused, it is told so with what it waits for (`paused`), once
+            # its log is written: never paused waiting for nothing.
             self.outcome = info.outcome
+
+    def paused(self, waiting: Pause | None) -> None:
+        """The run waits for `waiting` (None: an answer came, it goes on)."""
+        self.waiting = waiting
+        self.outcome = "running" if waiting is None else "paused"
 
     def value(self, children: tuple[str, ...] = ()) -> RunStatus:
         return RunStatus(
@@ -325,9 +332,9 @@ class TurnWorkflow:
                 )
             await _written(log)
             while result.outcome == "paused":
-                self._status.waiting = result.waiting
+                self._status.paused(result.waiting)
                 event, cancelled = await self._next_answer()
-                self._status.waiting = None
+                self._status.paused(None)
                 try:
                     result = await driver.resume(
                         session, spec.run_id, event, control=control, hooks=hooks
