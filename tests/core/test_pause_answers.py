@@ -87,3 +87,20 @@ def test_a_pass_adopted_on_the_way_into_a_fail_phase_is_refused() -> None:
         " run in fail phase 'failed', and a failed run commits nothing: take"
         " 'record_compaction' out of its actions"
     ) in problems_of(text)
+
+
+@pytest.mark.parametrize("name", ["compact", "call_llm", "run_tools", "measure"])
+def test_a_phase_of_ones_own_named_as_a_built_in_step_is_refused(name: str) -> None:
+    # It loaded, and ran the built-in step on its own decision: AttributeError.
+    text = edit(
+        turn_toml_text(), "[states]\n", f'[states]\nmine = {{ effect = "{name}" }}\n'
+    )
+    text += (
+        '\n[[transitions]]\ntrigger = "tools_finished"\nsource = "mine"\n'
+        'dest = "start"\n'
+    )
+
+    assert (
+        f"state 'mine': effect {name!r} is a built-in step's name: give your effect"
+        f" another name, or write decision = {name!r} for the built-in step"
+    ) in problems_of(text)

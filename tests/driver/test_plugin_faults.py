@@ -18,7 +18,14 @@ import attrs
 import pytest
 
 from turnfsm import Agent, ContextManager
-from turnfsm.core import Compact, CompactionNoop, CompactionResult, Event
+from turnfsm.core import (
+    Compact,
+    CompactionNoop,
+    CompactionResult,
+    Event,
+    ModelReplied,
+    RunStarted,
+)
 from turnfsm.driver import EffectContext, Session
 from turnfsm.errors import (
     CompactionFailed,
@@ -28,7 +35,7 @@ from turnfsm.errors import (
     StoreUnusable,
 )
 from turnfsm.hooks import Hook, OutcomeInfo, RunEndInfo
-from turnfsm.messages import Message
+from turnfsm.messages import Message, Role, TextPart
 from turnfsm.persistence import SQLiteStore
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
@@ -317,3 +324,128 @@ def test_a_tool_an_effect_or_a_compactor_raising_a_cancel_fails_alike_on_both(
         assert not session.open_runs()
 
     anyio.run(main, backend=backend)
+
+
+# -- effects of yours in place of the built-in steps ---------------------------
+
+
+def _echo(x: str) -> str:
+    """Echo.
+
+    Args:
+        x: the text.
+    """
+    return x
+
+
+@pytest.mark.parametrize("key", ["call_llm", "run_tools", "measure"])
+async def test_an_effect_in_place_of_a_step_that_hangs_ends_at_effect_timeout(
+    key: str,
+) -> None:
+    # Only a compaction pass and a phase of one's own had a limit: a model
+    # call, a batch of tools or a measurement of one's own ran for ever.
+    async def hang(ctx: EffectContext, decision: object) -> Event:
+        await anyio.sleep_forever()
+        raise AssertionError("not reached")
+
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("_echo", "c1", x="a")), "done"),
+        tools=[_echo],
+        effects={key: hang},
+        effect_timeout=0.2,
+    )
+    with anyio.fail_after(10):
+        result = await agent.run("hi")
+    assert result.outcome == "cancelled"
+    assert str(result.error).endswith(f"effect {key!r} timed out after 0.2s")
+
+
+async def test_an_effect_that_starts_the_run_again_is_refused_naming_it() -> None:
+    # It crashed the run on IllegalEvent, which speaks of a bug of turnfsm's.
+    async def again(ctx: EffectContext, decision: object) -> Event:
+        return RunStarted(input=(Message.user("again"),))
+
+    result = await Agent(model=ScriptedModel.of("x"), effects={"measure": again}).run(
+        "hi"
+    )
+    assert isinstance(result.error, InvalidReturn)
+    assert (result.error.source, result.error.value) == (
+        "effect 'measure'",
+        "RunStarted",
+    )
+
+
+def _first_said(session: Session) -> list[str]:
+    return [m.text for m in session.history]
+
+
+@pytest.mark.parametrize("fault", ["same id twice", "over the window", "empty"])
+async def test_a_pass_of_your_own_is_held_to_the_managers_rules(fault: str) -> None:
+    # Adopted and committed: two messages of one id, a conversation over the
+    # window (every later run failed), a message with nothing in it.
+    async def compact(ctx: EffectContext, decision: Compact) -> Event:
+        messages = list(decision.messages)
+        if fault == "same id twice":
+            new = [*messages, Message.user("a", id="m1"), Message.user("b", id="m1")]
+        elif fault == "over the window":
+            new = [messages[0], Message.user("filler " * 3_000), *messages[1:]]
+        else:
+            new = [*messages, Message(role=Role.ASSISTANT, parts=())]
+        before = ctx.run.measure(decision.history, decision.pending)
+        return CompactionResult(new, before=before, after=ctx.run.measure(new))
+
+    session = Session()
+    agent = Agent(
+        model=ScriptedModel.of("one", "two"),
+        context=ContextManager(context_window=2_000, max_messages=2),
+        effects={"compact": compact},
+        session=session,
+    )
+    assert (await agent.run("first")).outcome == "done"
+    kept = _first_said(session)
+    result = await agent.run("second")
+    assert isinstance(result.error, InvalidReturn)
+    assert "nothing of it was adopted" in str(result.error)
+    assert _first_said(session) == kept  # nothing committed
+
+
+@pytest.mark.parametrize("role", [Role.USER, Role.SYSTEM])
+async def test_a_reply_of_your_own_must_be_the_assistants(role: Role) -> None:
+    async def call(ctx: EffectContext, decision: object) -> Event:
+        return ModelReplied(message=Message(role=role, parts=(TextPart(text="hi"),)))
+
+    result = await Agent(model=ScriptedModel.of("x"), effects={"call_llm": call}).run(
+        "hi"
+    )
+    assert isinstance(result.error, InvalidReturn)
+    assert f"is the {role.value}'s" in str(result.error)
+
+
+async def test_a_reply_of_your_own_is_taken_as_the_models_are() -> None:
+    # A call id used twice was committed twice; a reply over the window was
+    # committed, and the session held more than its window.
+    replies = iter(
+        [
+            reply("", tool_call("_echo", "c1", x="a")),
+            reply("", tool_call("_echo", "c1", x="b"), tool_call("_echo", "c1", x="c")),
+            reply("done"),
+            reply("word " * 5_000),
+        ]
+    )
+
+    async def call(ctx: EffectContext, decision: object) -> Event:
+        return ModelReplied(message=next(replies))
+
+    agent = Agent(
+        model=ScriptedModel.of("x"),
+        tools=[_echo],
+        effects={"call_llm": call},
+        context=ContextManager(context_window=2_000),
+    )
+    assert (await agent.run("hi")).text == "done"
+    ids = [c.id for m in agent.session.history for c in m.tool_calls]
+    assert len(ids) == len(set(ids)) == 3
+    kept = list(agent.session.history)
+    result = await agent.run("again")
+    assert "the reply makes the conversation" in str(result.error)
+    assert list(agent.session.history) == kept

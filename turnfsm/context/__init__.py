@@ -63,6 +63,7 @@ from turnfsm.context._pairs import (
     keep_parts,
     pair_tool_traffic,
     pairing_problem,
+    result_problem,
     sanitize,
 )
 from turnfsm.context._pins import PinRules, keep_pinned, pin_loss, pinned_ids
@@ -146,6 +147,7 @@ __all__ = [
     "pinned_ids",
     "recall_note",
     "replaced_ids",
+    "result_problem",
     "sanitize",
     "strategy_named",
     "unmark",

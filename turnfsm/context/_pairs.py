@@ -359,8 +359,9 @@ def result_problem(result: Sequence[Message], source: Sequence[Message]) -> str 
     always rejected. No two messages of `result` may share an id, unless
     `source` already repeated it as often. The messages `result` keeps (by
     id, changed or not) stay in `source`'s order. No message of `result` is
-    empty (no parts) unless `source` had it so. Not exported: the manager's
-    check.
+    empty (no parts) unless `source` had it so. The context manager checks
+    every strategy's result so, and the driver a pass an effect of yours
+    makes.
     """
     return (
         pairing_problem(result, source)

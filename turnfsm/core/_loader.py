@@ -51,6 +51,8 @@ _TOP_KEYS: Final = frozenset(
     {"name", "initial", "terminal", "signals", "states", "transitions", "subagents"}
 )
 _STATE_KEYS: Final = frozenset({"decision", "effect", "subagent", "on_enter"})
+_BUILTIN_STEPS: Final = frozenset({"measure", "call_llm", "run_tools", "compact"})
+"""The decisions whose steps are effects of these names (``effects=`` replaces them)."""
 
 
 def load_spec(
@@ -293,6 +295,17 @@ class _Loader(TransitionReader):
             if isinstance(effect, str) and not effect.strip():  # no effect's name
                 self.problem(
                     f"state {name!r}: effect must be a non-empty name, got {effect!r}",
+                    (*at, "effect"),
+                    effect,
+                )
+            elif effect in _BUILTIN_STEPS:
+                # The driver keys effects by name: the phase would run the
+                # built-in step's effect (or your replacement of it) on a
+                # decision that is not that step's.
+                self.problem(
+                    f"state {name!r}: effect {effect!r} is a built-in step's "
+                    f"name: give your effect another name, or write decision = "
+                    f"{effect!r} for the built-in step",
                     (*at, "effect"),
                     effect,
                 )

@@ -100,7 +100,7 @@ async def carry_out(
     """
     key = effect_key(decision)
     effect = settings.effects[key]
-    limit = _limit(settings, decision)
+    limit = _limit(settings, decision, key)
     if limit is None and control is None:
         return _event_of(key, await effect(ctx, decision))
     with anyio.CancelScope() as scope:
@@ -129,11 +129,17 @@ async def carry_out(
     return timed_out(ctx, decision, key, limit, effect)
 
 
-def _limit(settings: EffectSettings, decision: Decision) -> float | None:
+def _limit(settings: EffectSettings, decision: Decision, key: str) -> float | None:
+    """The seconds `decision`'s effect may take (None: its own limits bound it).
+
+    A built-in model call or batch of tools is bounded inside, per attempt
+    and per call; an effect of yours in their place (or a measurement's) is
+    bounded as a custom effect is, by `effect_timeout`.
+    """
     kind = type(decision)
     if kind is Compact:
         return settings.compaction_timeout
-    if kind is Perform:
+    if kind is Perform or key in settings._own_effects:
         return settings.effect_timeout
     return None
 

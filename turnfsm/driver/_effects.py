@@ -90,6 +90,7 @@ __all__ = [
     "effect_key",
     "is_extension",
     "measure",
+    "reply_taken",
     "run_one_tool",
     "run_tool_with_hooks",
     "run_tools",
@@ -185,20 +186,43 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         return ContextOverflowed(
             error=ErrorInfo(type=CONTEXT_OVERFLOW, message=cut), usage=response.usage
         )
-    # Each call under an id of its own (some servers repeat theirs).
-    reply = unique_call_ids(response.message, decision.history, decision.pending)
-    # And the reply too: a client that caches its replies gives one twice.
+    taken = reply_taken(
+        ctx, decision, ModelReplied(message=response.message, usage=response.usage)
+    )
+    if type(taken) is not ModelReplied:
+        return taken
+    if response.finish_reason in _UNFINISHED and (
+        stopped := _stopped(run, response, output is not None)
+    ):
+        return ModelFailed(error=stopped, usage=response.usage)
+    return checked_answer(output, taken)
+
+
+def reply_taken(
+    ctx: EffectContext, decision: CallLLM, replied: ModelReplied
+) -> ModelReplied | ContextOverflowed:
+    """The reply as the conversation takes it, or the window check's refusal.
+
+    Each of its calls gets an id of its own (some servers repeat theirs),
+    and so does the reply (a client that caches its replies gives one
+    twice); a reply that would take the conversation over the window is
+    not committed (`ContextOverflowed`). The built-in `call_llm` takes its
+    replies so, and the loop those of an effect that replaces it.
+    """
+    run = ctx.run
+    reply = unique_call_ids(replied.message, decision.history, decision.pending)
     try:
         require_new_ids((reply,), decision.history, decision.pending)
     except InvalidMessage:
         reply = attrs.evolve(reply, id=new_message_id())
-    if reply is not response.message:
-        response = attrs.evolve(response, message=reply)
+    if reply is not replied.message:
+        replied = attrs.evolve(replied, message=reply)
+    window = ctx.window
     if window:
         # Measured as the request was: calibrated too, or a reply the
         # request check let through would be refused for the same words.
         size = run.meter.measure(
-            decision.history, decision.pending, (response.message,), extras=run.extras
+            decision.history, decision.pending, (reply,), extras=run.extras
         )
         if run.context is not None:
             size = run.context.calibrated(size, ctx.ratio)
@@ -206,15 +230,9 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
             return _overflowed(
                 f"{REPLY_OVER_WINDOW} {size} tokens, over the "
                 f"{window} window; it is not committed",
-                usage=response.usage,
+                usage=replied.usage,
             )
-    if response.finish_reason in _UNFINISHED and (
-        stopped := _stopped(run, response, output is not None)
-    ):
-        return ModelFailed(error=stopped, usage=response.usage)
-    return checked_answer(
-        output, ModelReplied(message=response.message, usage=response.usage)
-    )
+    return replied
 
 
 def checked_answer(

@@ -51,7 +51,8 @@ import anyio.lowlevel
 import attrs
 
 from turnfsm import _checks
-from turnfsm.context import pin_loss, pinned_ids
+from turnfsm._lines import emergency_line
+from turnfsm.context import pin_loss, pinned_ids, result_problem
 from turnfsm.core import (
     PASS_EVENT_TYPES,
     UNUSED_REPLY_TYPES,
@@ -59,6 +60,7 @@ from turnfsm.core import (
     Compact,
     CompactionNoop,
     CompactionResult,
+    CompactReason,
     Decision,
     Event,
     Fail,
@@ -70,6 +72,7 @@ from turnfsm.core import (
     OutputRejected,
     Pause,
     RunCancelled,
+    RunStarted,
     RunTools,
     Signal,
     ToolsFinished,
@@ -93,6 +96,7 @@ from turnfsm.driver._effects import (
     call_model,
     checked_answer,
     effect_key,
+    reply_taken,
 )
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._interrupted import interrupted_result, to_close
@@ -117,7 +121,7 @@ from turnfsm.hooks import (
     RunStartInfo,
     TransitionInfo,
 )
-from turnfsm.messages import Joined, Message, MessageLog
+from turnfsm.messages import Joined, Message, MessageLog, Role
 from turnfsm.persistence import (
     Entry,
     EventRecorded,
@@ -684,9 +688,16 @@ class RunLoop(Ending):
             and type(decision) is CallLLM
             and self.settings.effects["call_llm"] is not call_model
         ):
-            # An effect of the user's in place of the model call: its final
-            # answer is checked against the output type as the built-in's is.
-            event = checked_answer(self.run.output, event)
+            # An effect of the user's in place of the model call: its reply
+            # is taken as the built-in's is (call ids of its own, held to the
+            # window, a final answer read as the output type).
+            _check_reply(event)
+            taken = reply_taken(step, decision, event)
+            event = (
+                checked_answer(self.run.output, taken)
+                if type(taken) is ModelReplied
+                else taken
+            )
         if type(event) is RunCancelled:
             self._keep_spent()
         self.step = None
@@ -751,6 +762,13 @@ class RunLoop(Ending):
                 " return a signal whose transition names a key of its data with"
                 " message = KEY",
             )
+        if type(event) is RunStarted:
+            raise InvalidReturn(
+                f"effect {key!r}",
+                "RunStarted",
+                "an event of the step's own outcome: a run starts once, with the"
+                " input it was given",
+            )
         accepts = machine.spec.accepts(machine.phase)
         trigger = trigger_of(event)
         if trigger not in accepts:
@@ -763,6 +781,7 @@ class RunLoop(Ending):
             )
         if type(event) is CompactionResult:
             self._check_pins(key, event)
+            self._check_result(key, decision, event)
         if isinstance(event, CompactionResult | CompactionNoop) and isinstance(
             decision, Compact
         ):
@@ -805,6 +824,50 @@ class RunLoop(Ending):
                 "nothing (return CompactionNoop(before, after) for such a pass)",
             )
 
+    def _check_result(
+        self, key: str, decision: Decision, event: CompactionResult
+    ) -> None:
+        """Refuse a pass of the user's that the manager would refuse of a strategy.
+
+        Its messages must make a conversation (tool calls paired, no id
+        twice, the messages it keeps in their order, none empty: the rules
+        of `turnfsm.context.result_problem`), and fit the window: a result
+        over it (or, for a message-count pass, on its emergency line, where
+        the request fitted) would be committed, and every later run would
+        fail on it.
+
+        Raises:
+            InvalidReturn: the result breaks one of those rules; nothing of
+                it is adopted.
+        """
+        snapshot = self.machine.snapshot
+        problem = result_problem(
+            event.messages, list(Joined(snapshot.history, snapshot.pending))
+        )
+        window = snapshot.budget.context_window
+        if problem is None and window:
+            size = self.run.measure(event.messages)
+            line = (
+                emergency_line(window)
+                if isinstance(decision, Compact)
+                and decision.reason is CompactReason.MESSAGE_COUNT
+                else window + 1
+            )
+            if size >= line:
+                problem = (
+                    f"it measures {size} tokens, over the {window}-token window"
+                    if size > window
+                    else f"it measures {size} tokens, on the emergency line of the "
+                    f"{window}-token window, where the request it was made for fitted"
+                )
+        if problem is not None:
+            raise InvalidReturn(
+                f"effect {key!r}",
+                f"a CompactionResult of {len(event.messages)} messages",
+                f"a result the conversation can take ({problem}); nothing of it "
+                "was adopted",
+            )
+
     def _check_pins(self, key: str, event: CompactionResult) -> None:
         """Refuse a pass made by an effect of the user's that loses a pinned message.
 
@@ -838,6 +901,22 @@ class RunLoop(Ending):
             if spent is not None:
                 self.audit.compaction_usage += spent
             self.step = None
+
+
+def _check_reply(replied: ModelReplied) -> None:
+    """Refuse a reply of an effect in place of the model call that no model makes.
+
+    Raises:
+        InvalidReturn: its message is not the assistant's, or holds nothing.
+    """
+    message = replied.message
+    if message.role is not Role.ASSISTANT or not message.parts:
+        raise InvalidReturn(
+            "effect 'call_llm'",
+            f"a ModelReplied whose message {message.id!r} is "
+            + (f"the {message.role.value}'s" if message.parts else "empty"),
+            "a reply of the assistant's, with text or tool calls in it",
+        )
 
 
 _ENDS: Final = (Finish, Fail, Pause)
