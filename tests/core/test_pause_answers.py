@@ -54,7 +54,7 @@ def test_a_start_or_a_steps_outcome_is_no_answer_and_leaves_the_run_paused() -> 
         committed = list(agent.session.history)
         paused = await agent.run("second question")
         assert paused.waiting is not None
-        assert paused.waiting.accepts == ("go", "message_injected", "run_cancelled")
+        assert paused.waiting.answers == ("go", "message_injected", "run_cancelled")
         for answer in (
             RunStarted(input=(Message.user("again"),)),
             CompactionResult(messages=(), before=100, after=0),

@@ -1383,7 +1383,7 @@ def answer_hint(pause: Pause, target: str) -> str:
     if pause.takes_review:
         return f"turnfsm approve|reject|abandon {target}"
     return (
-        f"Agent.resume from Python, with one of {', '.join(pause.accepts)}; "
+        f"Agent.resume from Python, with one of {', '.join(pause.answers)}; "
         f"or end it: turnfsm abandon {target}"
     )
 

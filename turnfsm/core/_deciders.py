@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeAlias
 
-from turnfsm.core._conversation_checks import NO_ANSWERS
 from turnfsm.core._decisions import (
     CallLLM,
     Compact,
@@ -84,9 +83,7 @@ def _decider(spec: MachineSpec, state: StateSpec) -> Decide:
     if kind == "run_tools":
         return _run_tools
     if kind == "pause":
-        # What answers it: a run's start or a step's outcome never does
-        # (fed to a paused run, they skip every check their step makes).
-        accepts = tuple(t for t in spec.accepts(phase) if t not in NO_ANSWERS)
+        accepts = spec.accepts(phase)
         return lambda s, o: Pause(phase=phase, calls=_unanswered(s, o), accepts=accepts)
     if kind == "compact":
         return lambda s, _o: Compact(

@@ -8,6 +8,7 @@ from typing import Final, TypeAlias, final
 import attrs
 
 from turnfsm import _checks
+from turnfsm.core._conversation_checks import NO_ANSWERS
 from turnfsm.core._events import (
     EVENT_TYPES,
     MessageInjected,
@@ -171,6 +172,16 @@ class Pause:
         """
         return _REVIEW in self.accepts
 
+    @property
+    def answers(self) -> tuple[str, ...]:
+        """The triggers of the events that answer it: those it accepts from outside.
+
+        A run's start or a step's outcome never does, whatever transition
+        the phase has on it: a paused run makes no step, and such an event
+        would skip every check its step makes.
+        """
+        return tuple(t for t in self.accepts if t not in NO_ANSWERS)
+
     def check_answer(self, event: object) -> None:
         """Refuse `event` unless it is an answer this pause can take.
 
@@ -189,15 +200,15 @@ class Pause:
                 the message at fault, ``event.results[i]``, a review's result
                 that is not an error among them).
         """
+        answers = self.answers
         if not isinstance(event, EVENT_TYPES) or (
-            trigger_of(event) not in self.accepts
-            and not isinstance(event, RunCancelled)
+            trigger_of(event) not in answers and not isinstance(event, RunCancelled)
         ):
             raise ConfigError(
                 "event",
                 event,
                 f"an event the paused phase {self.phase!r} accepts: "
-                + ", ".join(self.accepts)
+                + ", ".join(answers)
                 + self._how_to_answer(event),
             )
         if isinstance(event, ToolCallsReviewed | ToolsFinished):

@@ -408,10 +408,10 @@ class TurnWorkflow:
                 type="turnfsm.not_paused",
                 non_retryable=True,
             )
-        if trigger not in waiting.accepts:
+        if trigger not in waiting.answers:
             raise ApplicationError(
                 f"an answer the paused phase {waiting.phase!r} accepts "
-                f"({', '.join(waiting.accepts)}), not {trigger}",
+                f"({', '.join(waiting.answers)}), not {trigger}",
                 type="turnfsm.not_accepted",
                 non_retryable=True,
             )

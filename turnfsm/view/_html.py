@@ -439,7 +439,7 @@ def _outcome(
                 "</code></p></div>"
             )
         else:  # a pause of a machine file of your own that takes only signals
-            accepts = ", ".join(f"<code>{_e(a)}</code>" for a in run.waiting.accepts)
+            accepts = ", ".join(f"<code>{_e(a)}</code>" for a in run.waiting.answers)
             out.append(
                 f"<p>It takes no review of its tool calls, but one of {accepts}: "
                 "answer it with <code>Agent.resume</code>, or end it: "
