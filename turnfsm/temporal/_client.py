@@ -62,6 +62,7 @@ from turnfsm.messages import Message
 from turnfsm.persistence import machine_digest, new_id
 from turnfsm.temporal._activities import TURNFSM_ERROR, failure_error
 from turnfsm.temporal._payloads import (
+    MAX_TASK_TIMEOUT,
     WORKFLOW,
     DurableOptions,
     RunSpec,
@@ -776,6 +777,13 @@ async def start_durable(
         raise ConfigError("task_queue", task_queue, "a non-empty string")
     if options is not None and not isinstance(options, DurableOptions):
         raise ConfigError("options", options, "DurableOptions or None")
+    if options is not None and options.task_timeout > MAX_TASK_TIMEOUT:
+        raise ConfigError(
+            "task_timeout",
+            options.task_timeout,
+            f"seconds <= {MAX_TASK_TIMEOUT:g}: Temporal's longest workflow task "
+            "(a longer one is cut to it without a word)",
+        )
     messages = as_messages(input)
     session = check_id("session_id", session_id or agent.session.id)
     given = options is not None and options.payload_limit != _DEFAULT_LIMIT

@@ -81,7 +81,12 @@ def workflow_id_of(session_id: str) -> str:
 
 
 MAX_TASK_TIMEOUT: Final = 120.0
-"""Temporal's longest workflow task timeout, in seconds (its server's cap)."""
+"""Temporal's longest workflow task timeout, in seconds (its server's cap).
+
+`start_durable` refuses a longer one; a run's options read back from its
+workflow (started before this check) are taken as they were: the server
+cut them to this.
+"""
 
 
 def _seconds(name: str) -> Any:
@@ -121,7 +126,7 @@ class DurableOptions:
         log_timeout: Seconds a session-log activity (load, append) may take.
         task_timeout: Seconds a workflow task may take before Temporal hands
             it to another worker (how soon a run whose worker died goes on);
-            at most 120, Temporal's own cap.
+            at most 120, Temporal's own cap (`start_durable` refuses more).
         history_limit: Events a workflow run's history may reach before the
             run continues in a new workflow run (the same workflow id, a
             fresh history), resumed from its log at its next step; None:
@@ -168,18 +173,7 @@ class DurableOptions:
         default=30.0, validator=[_seconds("retry_max"), _not_below_initial]
     )
     log_timeout: float = attrs.field(default=60.0, validator=_seconds("log_timeout"))
-    task_timeout: float = attrs.field(
-        default=10.0,
-        validator=[
-            _seconds("task_timeout"),
-            _checks.number(
-                "task_timeout",
-                high=MAX_TASK_TIMEOUT,
-                expected=f"seconds <= {MAX_TASK_TIMEOUT:g}: Temporal's longest "
-                "workflow task (a longer one is cut to it without a word)",
-            ),
-        ],
-    )
+    task_timeout: float = attrs.field(default=10.0, validator=_seconds("task_timeout"))
     history_limit: int | None = attrs.field(
         default=None, validator=_checks.integer("history_limit", low=1, optional=True)
     )
