@@ -295,3 +295,33 @@ def test_a_model_call_made_by_staying_in_its_phase_is_refused(
         )
         for p in problems
     ), problems
+
+
+def test_a_start_from_every_phase_and_a_shared_adoption_still_load() -> None:
+    # Refused by the first version of these checks: a run's start written
+    # for every phase (it only ever comes to the initial one), and a pass's
+    # result adopted by one transition out of a compact phase and another.
+    MachineSpec.from_toml(
+        edit(
+            turn_toml_text(),
+            '[[transitions]]\ntrigger = "run_started"\nsource = "start"\n',
+            '[[transitions]]\ntrigger = "run_started"\nsource = "*"\n',
+        )
+    )
+    shared = MINI.replace('source = "compact"\n', 'source = ["compact", "redo"]\n')
+    shared = edit(
+        shared,
+        'compact  = { decision = "compact" }\n',
+        'compact  = { decision = "compact" }\nredo     = { decision = "compact" }\n',
+    )
+    shared = edit(
+        shared,
+        '[[transitions]]\ntrigger = "measured"\nsource = "start"\ndest = "call_llm"\n',
+        '[[transitions]]\ntrigger = "measured"\nsource = "start"\ndest = "redo"\n'
+        'conditions = ["is_over_threshold_line"]\n'
+        'unless = ["is_compaction_limit_reached"]\nreason = "threshold_exceeded"\n'
+        'actions = ["record_estimate"]\n\n'
+        '[[transitions]]\ntrigger = "measured"\nsource = "start"\n'
+        'dest = "call_llm"\n',
+    )
+    assert "redo" in MachineSpec.from_toml(shared).phases

@@ -222,7 +222,12 @@ def _check_model_calls(
                 and t.dest is None
                 and src in calls
                 and trigger not in _SIZED_TRIGGERS
-                and (trigger == "run_started" or trigger not in _EXTERNAL_TRIGGERS)
+                # The run's start comes only to the initial phase.
+                and (
+                    src == spec.initial
+                    if trigger == "run_started"
+                    else trigger not in _EXTERNAL_TRIGGERS
+                )
             ):
                 # Staying makes the phase's decision again: another call (or,
                 # on the run's start, its first).
@@ -455,7 +460,7 @@ def _check_termination(
             if guarded and not shrinks:
                 unadopted.add((src, trigger))
             limited = in_a_row_limited or shrinks
-            adds = _what_adds(t, dest, entered, takes_in, compacts)
+            adds = _what_adds(t, src, dest, entered, takes_in, compacts)
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
             under_turn_limit = trigger == "measured" and _is_turn_checked(
@@ -599,12 +604,13 @@ def _reset_cycles(
 
 def _what_adds(
     t: TransitionSpec,
+    src: str,
     dest: str,
     entered: Mapping[str, set[str]],
     takes_in: set[str],
     compacts: set[str],
 ) -> str:
-    """What `t` (into `dest`) adds to the conversation without a reply, in words.
+    """What `t` (out of `src`, into `dest`) adds to the conversation, in words.
 
     Empty when it adds nothing: no message of its signal, no tool results,
     no injected messages taken in (by its actions, its phase's `on_enter`,
@@ -626,7 +632,7 @@ def _what_adds(
             f"its {t.trigger!r} enters {dest!r}, where {_INJECTED!r} takes in "
             "injected messages at once"
         )
-    if _ADOPTS in t.actions and not set(t.sources) <= compacts:
+    if _ADOPTS in t.actions and src not in compacts:
         return (
             f"its {t.trigger!r} adopts the messages of a step that is no "
             "compaction pass as the conversation"
