@@ -8,6 +8,7 @@ says it is safe to run twice, ``idempotent``).
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import sys
@@ -22,6 +23,7 @@ from turnfsm.errors import Cancelled, SessionBusy, SessionConflict, StoreUnusabl
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     Entry,
+    MemoryStore,
     RunOpened,
     SessionInfo,
     SQLiteStore,
@@ -372,3 +374,42 @@ async def test_a_new_run_refused_meanwhile_does_not_refuse_the_resume(
     assert resumed.outcome == "done"
     assert len(refused) == 1
     await store.aclose()
+
+
+@pytest.mark.parametrize("on_disk", [False, True], ids=["memory", "sqlite"])
+async def test_a_new_run_beside_one_running_here_is_told_to_wait(
+    tmp_path: Path, on_disk: bool
+) -> None:
+    # Told to resume or abandon the run (as if paused or dead), which only
+    # met SessionBusy again: the run was running, in this process.
+    started = [anyio.Event()]
+
+    async def work() -> str:
+        """Work a while."""
+        started[-1].set()
+        if len(started) > 1:  # the second run's: it runs until cancelled
+            await anyio.sleep(5)
+        return "worked"
+
+    store = SQLiteStore(tmp_path / "s.db") if on_disk else MemoryStore()
+    driver = Driver(
+        model=FakeModelClient(
+            lambda r: (
+                reply("done")
+                if r.messages[-1].role.value == "tool"
+                else reply("", tool_call("work", "c1"))
+            )
+        ),
+        tools=[work],
+    )
+    session = Session(store=store)
+    with anyio.fail_after(10):
+        await driver.run("first", session=session)  # stored: a second view reads it
+        started.append(anyio.Event())
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(driver.run, "task", session=session))
+            await started[-1].wait()
+            with pytest.raises(SessionBusy) as busy:
+                await driver.run("hello", session=await Session.open(store, session.id))
+            group.cancel_scope.cancel()
+    assert "is running another run; wait for it to end" in str(busy.value)

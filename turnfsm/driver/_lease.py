@@ -32,7 +32,7 @@ from turnfsm.persistence import (
     store_label,
 )
 
-__all__ = ["confirm", "holding", "lease_owner", "owner_id"]
+__all__ = ["confirm", "holding", "lease_owner", "owner_id", "worked_on_here"]
 
 logger = logging.getLogger("turnfsm.driver")
 
@@ -81,6 +81,15 @@ async def confirm(session: Session) -> None:
     if hold is None or _clock() - hold.renewed < hold.ttl / 2:
         return
     await _renew_once(session, hold)
+
+
+def worked_on_here(session: Session) -> bool:
+    """Whether a run of this process works on `session` now, through any view."""
+    store = session.store
+    if isinstance(store, MemoryStore):
+        return (id(store), session.id) in _RUNNING
+    leasing = _leasing(session)
+    return leasing is not None and (store_label(leasing), session.id) in _RUNNING
 
 
 def owner_id() -> str:

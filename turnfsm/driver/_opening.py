@@ -26,7 +26,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._inputs import reopen
-from turnfsm.driver._lease import holding, lease_owner, owner_id
+from turnfsm.driver._lease import holding, lease_owner, owner_id, worked_on_here
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType, check_resumed
 from turnfsm.driver._store_calls import read_session
@@ -382,7 +382,14 @@ def _loop(
 
 
 async def _not_held_elsewhere(session: Session, store_timeout: float | None) -> bool:
-    """Whether no other process holds `session`'s lease (none: a store without)."""
+    """Whether no run works on `session` now, here or in another process.
+
+    Its open run is then paused, interrupted, or its process died: the
+    refusal says to resume or abandon it. One running is refused by the
+    hold, saying so.
+    """
+    if worked_on_here(session):
+        return False
     owner = await lease_owner(session, store_timeout)
     return owner is None or owner == owner_id()
 
