@@ -416,9 +416,7 @@ def test_a_pass_that_failed_with_room_to_spare_blames_no_size() -> None:
         assert str(error) == (
             "compaction failed at 384 tokens (limit 50000): ConnectionError: "
             "summary service unreachable; the conversation fits the window (its "
-            "emergency line is over 384 tokens): the pass failed on its own, not "
-            "for want of room - mend its cause (a summary model that fails: fix "
-            "it, or give the compactor another model=)"
+            "emergency line is over 384 tokens): what failed is the pass's own"
         )
         assert str(round_trip(error)) == str(error)
     # Over the emergency line, or refused by the provider: the sizes still tell.

@@ -340,10 +340,12 @@ def _driver(
     except ConfigError as exc:
         if exc.field == "max_output_tokens" and options.max_tokens is not None:
             raise as_option(exc, "--max-tokens") from None
-        # The window is --window's, else --n-ctx's (a server sized by it),
-        # else the model's own: named by the option that would change it.
+        # Named by the option given that set the window: --window, else
+        # --n-ctx (unless the server told its own), else --window.
         window_option = (
-            "--n-ctx" if options.n_ctx and not options.window else "--window"
+            "--n-ctx"
+            if options.window is None and options.n_ctx and window == options.n_ctx
+            else "--window"
         )
         if exc.field == "max_output_tokens":  # the default reply budget
             least = window_to_send(DEFAULT_MAX_TOKENS)

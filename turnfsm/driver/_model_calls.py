@@ -76,7 +76,7 @@ async def complete(
     hooks = run.hooks
     observed = hooks.wants("on_model_call_start") or hooks.wants("on_model_call_end")
     attempts = run.first_attempt - 1  # a durable run's retry: Temporal's count
-    ended = 0.0
+    ended: float | None = None  # when this process's last attempt ended
     limit = run.model_timeout
     sent: list[str] = []  # the text the attempt streamed to the hooks
 
@@ -125,9 +125,9 @@ async def complete(
             waited=(
                 0.0
                 if attempts < 2
-                else started - ended
-                if ended
                 else run.first_wait  # waited in another attempt's activity
+                if ended is None
+                else started - ended
             ),
         )
         response: ModelResponse | None = None

@@ -375,9 +375,7 @@ class CompactionFailed(ContextExceeded):
             # conversation, or a bigger window, is no help.
             return head + (
                 "; the conversation fits the window (its emergency line is over "
-                f"{self.used} tokens): the pass failed on its own, not for want "
-                "of room - mend its cause (a summary model that fails: fix it, or "
-                "give the compactor another model=)"
+                f"{self.used} tokens): what failed is the pass's own"
             )
         return head + _largest_text(self)
 
