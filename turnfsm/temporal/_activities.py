@@ -536,10 +536,13 @@ def _waited(info: activity.Info, policy: RetryPolicy) -> float:
     """The seconds the retry before attempt `info.attempt` waited.
 
     What the attempt before chose and left in its heartbeat (a provider's
-    Retry-After among them), else the policy's backoff, Temporal's wait.
+    Retry-After among them), else the policy's backoff, Temporal's wait (an
+    attempt that timed out, or was lost with its worker, left none).
     """
     for detail in reversed(info.heartbeat_details):
-        wait = detail.get(_RETRY_WAIT) if isinstance(detail, Mapping) else None
+        if not isinstance(detail, Mapping) or detail.get("attempt") != info.attempt - 1:
+            continue
+        wait = detail.get(_RETRY_WAIT)
         if isinstance(wait, int | float) and not isinstance(wait, bool):
             return float(wait)
     return policy.backoff(info.attempt - 1)
@@ -573,7 +576,7 @@ def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
             elif policy.allows_wait(then, elapsed=since):
                 # Kept for the next attempt, which tells the hooks how long
                 # it waited (an activity's; a local one's goes without).
-                activity.heartbeat({_RETRY_WAIT: then})
+                activity.heartbeat({_RETRY_WAIT: then, "attempt": info.attempt})
                 raise ApplicationError(
                     message,
                     serde.to_json(event),
