@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from tests.helpers import restamp
@@ -457,3 +458,25 @@ async def test_a_run_id_that_is_not_an_id_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError) as caught:
         stored_context(stored, run_id=[])  # type: ignore[arg-type]
     assert (caught.value.field, caught.value.value) == ("run_id", [])
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_answers_its_output_type_refused_reproduces() -> None:
+    # The output type is not kept: every reply was taken, the run ended done
+    # in the simulation after one call, where the log failed after three.
+    @attrs.define
+    class City:
+        name: str
+        population: int
+
+    store = MemoryStore()
+    agent = Agent(
+        model=ScriptedModel.of("not json", "still not json", "nope"),
+        store=store,
+        output_type=City,
+    )
+    assert (await agent.run("city?")).outcome == "failed"
+    stored = await Session.load(store, agent.session.id)
+    sim = await simulate(stored)
+    assert sim.differences == ()
+    assert len(sim.calls) == 3

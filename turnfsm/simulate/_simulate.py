@@ -32,6 +32,7 @@ from turnfsm.context import (
     strategy_named,
 )
 from turnfsm.core import (
+    CallLLM,
     CompactionResult,
     CompactorFailed,
     Event,
@@ -50,6 +51,7 @@ from turnfsm.driver import (
     EffectContext,
     RunControl,
     Tool,
+    call_model,
     pin_rules,
     request_extras,
 )
@@ -265,22 +267,32 @@ class _Recorded:
     results: Mapping[str, Message]
     answers: tuple[Event, ...] = ()
     """What answered the run's pauses (a review, a signal, an abandon), in order."""
+    rejected: Mapping[str, OutputRejected] = attrs.field(factory=dict)
+    """The replies the run's output type refused, by their message's id."""
 
 
 def _recorded(run: RunRecord) -> _Recorded:
     replies: list[tuple[Message, Usage | None]] = []
     results: dict[str, Message] = {}
     answers: list[Event] = []
+    rejected: dict[str, OutputRejected] = {}
     for event in run.events:
         if isinstance(event, ModelReplied | OutputRejected):
             replies.append((event.message, event.usage))
+            if isinstance(event, OutputRejected):
+                rejected[event.message.id] = event
         elif isinstance(event, ToolsFinished):
             for message in event.results:
                 for part in message.tool_results:
                     results[part.call_id] = message
         elif isinstance(event, ToolCallsReviewed | Signal | RunCancelled):
             answers.append(event)
-    return _Recorded(replies=tuple(replies), results=results, answers=tuple(answers))
+    return _Recorded(
+        replies=tuple(replies),
+        results=results,
+        answers=tuple(answers),
+        rejected=rejected,
+    )
 
 
 async def _answered(
@@ -495,8 +507,23 @@ def _stop(run: RunRecord, answers: Sequence[Event]) -> _Stop | None:
 
 
 def _effects(
-    recorded: Mapping[str, Message], stored: Mapping[str, str], stop: _Stop | None
+    record: _Recorded, stored: Mapping[str, str], stop: _Stop | None
 ) -> dict[str, Any]:
+    recorded = record.results
+
+    async def call_llm(ctx: EffectContext, decision: CallLLM) -> Event:
+        # The run's output type is not kept: a reply it refused is refused
+        # again as the log says, with the same re-ask.
+        event = await call_model(ctx, decision)
+        if type(event) is not ModelReplied:
+            return event
+        refused = record.rejected.get(event.message.id)
+        if refused is None:
+            return event
+        return OutputRejected(
+            message=event.message, errors=refused.errors, usage=event.usage
+        )
+
     async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
         results: list[Message] = []
         for call in decision.calls:
@@ -525,7 +552,10 @@ def _effects(
         finally:
             _SUMMARY.reset(token)
 
-    return {"run_tools": run_tools, "compact": compact}
+    effects: dict[str, Any] = {"run_tools": run_tools, "compact": compact}
+    if record.rejected:
+        effects["call_llm"] = call_llm
+    return effects
 
 
 def _reserved(
@@ -886,7 +916,7 @@ async def simulate(
                 model_timeout=None,
                 compaction_timeout=_PASS_DEADLINE,
                 effect_timeout=None,
-                effects=_effects(record.results, stored, stop),
+                effects=_effects(record, stored, stop),
             )
         except ReserveTooLarge as exc:
             raise ConfigError(
