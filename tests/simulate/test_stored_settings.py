@@ -24,7 +24,8 @@ from turnfsm.context import (
     TruncatingCompactor,
 )
 from turnfsm.driver import pin_rules
-from turnfsm.errors import ConfigError
+from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
+from turnfsm.messages import Message
 from turnfsm.persistence import (
     CompactionRecord,
     ContextSettings,
@@ -480,3 +481,28 @@ async def test_a_run_whose_answers_its_output_type_refused_reproduces() -> None:
     sim = await simulate(stored)
     assert sim.differences == ()
     assert len(sim.calls) == 3
+
+
+@pytest.mark.anyio
+async def test_a_run_the_provider_refused_as_too_long_reproduces() -> None:
+    # The refusal was not given again: the simulation made no pass where the
+    # log made one, and a run that stalled on it failed for a missing reply.
+    store = MemoryStore()
+    history = [
+        Message.user(f"note {i}: " + "word " * 20)
+        if i % 2 == 0
+        else Message.assistant(f"ok {i}")
+        for i in range(12)
+    ]
+    agent = Agent(
+        model=ScriptedModel.of(
+            ProviderError("prompt is too long", kind=CONTEXT_OVERFLOW), "fits now"
+        ),
+        store=store,
+    )
+    assert (await agent.run([*history, Message.user("and now?")])).text == "fits now"
+    stored = await Session.load(store, agent.session.id)
+    assert [c.reason for c in stored.runs[0].compactions] == ["overflow"]
+    sim = await simulate(stored)
+    assert sim.differences == ()
+    assert [p.reason for p in sim.passes] == ["overflow"]

@@ -35,6 +35,7 @@ from turnfsm.core import (
     CallLLM,
     CompactionResult,
     CompactorFailed,
+    ContextOverflowed,
     Event,
     MachineSpec,
     Measured,
@@ -57,6 +58,8 @@ from turnfsm.driver import (
 )
 from turnfsm.driver import compact as builtin_compact
 from turnfsm.errors import (
+    CONTEXT_CHECK,
+    CONTEXT_OVERFLOW,
     Cancelled,
     ConfigError,
     PinnedTooLarge,
@@ -80,7 +83,7 @@ from turnfsm.providers import (
     ModelResponse,
 )
 from turnfsm.tokens import TokenCounter, default_counter
-from turnfsm.values import Usage
+from turnfsm.values import ErrorInfo, Usage
 
 __all__ = ["SimulatedCall", "Simulation", "simulate", "stored_context"]
 
@@ -269,6 +272,8 @@ class _Recorded:
     """What answered the run's pauses (a review, a signal, an abandon), in order."""
     rejected: Mapping[str, OutputRejected] = attrs.field(factory=dict)
     """The replies the run's output type refused, by their message's id."""
+    refusals: tuple[tuple[int, ErrorInfo], ...] = ()
+    """The provider's refusals of a request as too long: (replies before, why)."""
 
 
 def _recorded(run: RunRecord) -> _Recorded:
@@ -276,11 +281,16 @@ def _recorded(run: RunRecord) -> _Recorded:
     results: dict[str, Message] = {}
     answers: list[Event] = []
     rejected: dict[str, OutputRejected] = {}
+    refusals: list[tuple[int, ErrorInfo]] = []
     for event in run.events:
         if isinstance(event, ModelReplied | OutputRejected):
             replies.append((event.message, event.usage))
             if isinstance(event, OutputRejected):
                 rejected[event.message.id] = event
+        elif isinstance(event, ContextOverflowed) and event.error.type != CONTEXT_CHECK:
+            # The provider's (the run's own window check refuses again by
+            # itself): given again at its place among the calls.
+            refusals.append((len(replies), event.error))
         elif isinstance(event, ToolsFinished):
             for message in event.results:
                 for part in message.tool_results:
@@ -292,6 +302,7 @@ def _recorded(run: RunRecord) -> _Recorded:
         results=results,
         answers=tuple(answers),
         rejected=rejected,
+        refusals=tuple(refusals),
     )
 
 
@@ -329,6 +340,7 @@ class _ReplayModel:
         self.missing: ConfigError | None = None
         self.stop: _Stop | None = None
         self.failed: list[CompactorFailed] = []
+        self.refusals: list[tuple[int, ErrorInfo]] = []
 
     def start(
         self,
@@ -336,19 +348,23 @@ class _ReplayModel:
         replies: Sequence[tuple[Message, Usage | None]],
         stop: _Stop | None = None,
         failed: Sequence[CompactorFailed] = (),
+        refusals: Sequence[tuple[int, ErrorInfo]] = (),
     ) -> None:
         """Answer run `run_id`'s calls with its recorded `replies` from now on.
 
         With `stop` (the log stops inside the run), a call past them
         interrupts the run there, as it was. `failed` are the run's passes
         that failed, in order: a summary the log does not hold is asked of
-        such a pass, and fails as it did.
+        such a pass, and fails as it did. `refusals` are the provider's
+        refusals of a request as too long, each given at its place among
+        the replies (after as many of them), as the recorded replies are.
         """
         self.run_id = run_id
         self.replies = list(replies)
         self.given = 0
         self.stop = stop
         self.failed = list(failed)
+        self.refusals = list(refusals)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if _SUMMARY.get():
@@ -368,6 +384,14 @@ class _ReplayModel:
                 )
                 raise self.missing
             return await self.summary_model.complete(request)
+        if self.refusals and self.refusals[0][0] == self.given:
+            error = self.refusals.pop(0)[1]
+            raise ProviderError(
+                error.message,
+                kind=CONTEXT_OVERFLOW,
+                retryable=False,
+                status=error.status,
+            )
         if not self.replies and self.stop is not None:
             await self.stop.here()
         if not self.replies:
@@ -928,7 +952,7 @@ async def simulate(
                 "beside them",
             ) from None
         failed = [e for e in run.events if isinstance(e, CompactorFailed)]
-        model.start(run.run_id, record.replies, stop, failed)
+        model.start(run.run_id, record.replies, stop, failed, record.refusals)
         try:
             result: Any = None
             with stop.scope if stop is not None else contextlib.nullcontext():
