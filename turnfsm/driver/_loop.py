@@ -906,16 +906,18 @@ class RunLoop(Ending):
 def _check_reply(replied: ModelReplied) -> None:
     """Refuse a reply of an effect in place of the model call that no model makes.
 
+    An empty one stands, as a model's does (the machine decides what follows).
+
     Raises:
-        InvalidReturn: its message is not the assistant's, or holds nothing.
+        InvalidReturn: its message is not the assistant's.
     """
     message = replied.message
-    if message.role is not Role.ASSISTANT or not message.parts:
+    if message.role is not Role.ASSISTANT:
         raise InvalidReturn(
             "effect 'call_llm'",
-            f"a ModelReplied whose message {message.id!r} is "
-            + (f"the {message.role.value}'s" if message.parts else "empty"),
-            "a reply of the assistant's, with text or tool calls in it",
+            f"a ModelReplied whose message {message.id!r} is the "
+            f"{message.role.value}'s",
+            "a reply of the assistant's",
         )
 
 
