@@ -74,10 +74,13 @@ class EffectSettings:
 
     @_own_effects.default
     def _own(self) -> frozenset[str]:
+        # A durable run's stand-in for a built-in step (``runs_builtin``) runs
+        # that step in an activity: not the user's.
         return frozenset(
             key
             for key, effect in self.effects.items()
             if effect is not BUILTIN_EFFECTS.get(key)
+            and not getattr(effect, "runs_builtin", False)
         )
 
 

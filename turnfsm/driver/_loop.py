@@ -93,7 +93,6 @@ from turnfsm.driver._context_settings import context_settings
 from turnfsm.driver._control import RunControl, RunResult, injection_refusal
 from turnfsm.driver._effects import (
     BUILTIN_EFFECTS,
-    call_model,
     checked_answer,
     effect_key,
     reply_taken,
@@ -686,7 +685,7 @@ class RunLoop(Ending):
         if (
             type(event) is ModelReplied
             and type(decision) is CallLLM
-            and self.settings.effects["call_llm"] is not call_model
+            and "call_llm" in self._own_effects
         ):
             # An effect of the user's in place of the model call: its reply
             # is taken as the built-in's is (call ids of its own, held to the

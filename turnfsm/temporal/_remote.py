@@ -390,6 +390,10 @@ class _Remote:
                 effects[key] = self._phase(phase)
             else:
                 effects[key] = self._effect(key)
+                if effect is builtin:
+                    # The built-in step, run in an activity: its event is
+                    # checked there, as in-process, not again as a user's.
+                    effects[key].runs_builtin = True
         return effects
 
     @staticmethod
