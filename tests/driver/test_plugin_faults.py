@@ -19,6 +19,7 @@ import pytest
 
 from turnfsm import Agent, ContextManager
 from turnfsm.core import (
+    CallLLM,
     Compact,
     CompactionNoop,
     CompactionResult,
@@ -26,11 +27,12 @@ from turnfsm.core import (
     ModelReplied,
     RunStarted,
 )
-from turnfsm.driver import EffectContext, Session
+from turnfsm.driver import EffectContext, RetryPolicy, Session, call_model
 from turnfsm.errors import (
     CompactionFailed,
     EffectFailed,
     InvalidReturn,
+    ProviderError,
     RunCrashed,
     StoreUnusable,
 )
@@ -353,11 +355,44 @@ async def test_an_effect_in_place_of_a_step_that_hangs_ends_at_effect_timeout(
         tools=[_echo],
         effects={key: hang},
         effect_timeout=0.2,
+        # What the built-in step may take, when longer, bounds one in its
+        # place (a wrapper around it keeps its retries): here it is shorter.
+        model_timeout=0.1,
+        tool_timeout=0.1,
+        retry=RetryPolicy(max_attempts=1),
     )
     with anyio.fail_after(10):
         result = await agent.run("hi")
     assert result.outcome == "cancelled"
-    assert str(result.error).endswith(f"effect {key!r} timed out after 0.2s")
+    assert str(result.error).endswith(
+        f"effect {key!r} timed out after 0.2s (effect_timeout, or the step's own"
+        " limits when longer)"
+    )
+
+
+async def test_a_wrapper_around_the_model_call_keeps_its_retries() -> None:
+    # Cut at effect_timeout, a wrapper around the built-in model call was
+    # cancelled where the built-in would have retried and answered.
+    calls: list[int] = []
+
+    async def slow_then_fine(request: ModelRequest) -> ModelResponse:
+        calls.append(1)
+        await anyio.sleep(0.3)
+        if len(calls) == 1:
+            raise ProviderError("busy", retryable=True, kind="server_error")
+        return ModelResponse(message=Message.assistant("fine"))
+
+    async def logged(ctx: EffectContext, decision: CallLLM) -> Event:
+        return await call_model(ctx, decision)
+
+    agent = Agent(
+        model=FakeModelClient(slow_then_fine),
+        effects={"call_llm": logged},
+        effect_timeout=0.4,
+        retry=RetryPolicy(max_attempts=2, initial_wait=0.01, max_total=1.0),
+    )
+    with anyio.fail_after(10):
+        assert (await agent.run("hi")).text == "fine"
 
 
 async def test_an_effect_that_starts_the_run_again_is_refused_naming_it() -> None:

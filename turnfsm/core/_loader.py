@@ -298,7 +298,7 @@ class _Loader(TransitionReader):
                     (*at, "effect"),
                     effect,
                 )
-            elif effect in _BUILTIN_STEPS:
+            elif effect in _BUILTIN_STEPS and not self.recorded:
                 # The driver keys effects by name: the phase would run the
                 # built-in step's effect (or your replacement of it) on a
                 # decision that is not that step's.

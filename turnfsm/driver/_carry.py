@@ -103,7 +103,7 @@ async def carry_out(
     """
     key = effect_key(decision)
     effect = settings.effects[key]
-    limit = _limit(settings, decision, key)
+    limit = _limit(settings, ctx, decision, key)
     if limit is None and control is None:
         return _event_of(key, await effect(ctx, decision))
     with anyio.CancelScope() as scope:
@@ -132,19 +132,36 @@ async def carry_out(
     return timed_out(ctx, decision, key, limit, effect)
 
 
-def _limit(settings: EffectSettings, decision: Decision, key: str) -> float | None:
+def _limit(
+    settings: EffectSettings, ctx: EffectContext, decision: Decision, key: str
+) -> float | None:
     """The seconds `decision`'s effect may take (None: its own limits bound it).
 
     A built-in model call or batch of tools is bounded inside, per attempt
     and per call; an effect of yours in their place (or a measurement's) is
-    bounded as a custom effect is, by `effect_timeout`.
+    bounded by `effect_timeout`, or by what the built-in step may take when
+    that is longer (a wrapper around it keeps its retries).
     """
     kind = type(decision)
     if kind is Compact:
         return settings.compaction_timeout
-    if kind is Perform or key in settings._own_effects:
+    if kind is Perform:
         return settings.effect_timeout
-    return None
+    if key not in settings._own_effects or settings.effect_timeout is None:
+        return None
+    run = ctx.run
+    step: float | None = 0.0
+    if key == "call_llm":
+        retry = run.retry
+        waits = retry.max_total if retry.max_attempts > 1 else 0.0
+        step = (
+            None
+            if run.model_timeout is None
+            else run.model_timeout * retry.max_attempts + waits
+        )
+    elif key == "run_tools":
+        step = run.tool_timeout
+    return None if step is None else max(settings.effect_timeout, step)
 
 
 def timed_out(
@@ -176,6 +193,8 @@ def timed_out(
             usage=ctx.spent.total,
         )
     said = f"effect {key!r} timed out after {limit}s"
+    if not isinstance(decision, Perform):  # an effect of yours for a built-in step
+        said += " (effect_timeout, or the step's own limits when longer)"
     delegated = PhaseDelegation.of(effect) if effect is not None else None
     if (
         isinstance(decision, Perform)

@@ -74,7 +74,6 @@ from turnfsm.messages import (
     MessageLog,
     ToolCallPart,
     check_history,
-    new_message_id,
     require_new_ids,
     unique_call_ids,
 )
@@ -214,7 +213,10 @@ def reply_taken(
     try:
         require_new_ids((reply,), decision.history, decision.pending)
     except InvalidMessage:
-        reply = attrs.evolve(reply, id=new_message_id())
+        # Made of the request, not drawn: a durable workflow makes it again
+        # the same when it replays.
+        place = len(decision.history) + len(decision.pending)
+        reply = attrs.evolve(reply, id=f"{reply.id}_{place}")
     if reply is not replied.message:
         replied = attrs.evolve(replied, message=reply)
     window = ctx.window
