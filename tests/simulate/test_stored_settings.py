@@ -506,3 +506,28 @@ async def test_a_run_the_provider_refused_as_too_long_reproduces() -> None:
     sim = await simulate(stored)
     assert sim.differences == ()
     assert [p.reason for p in sim.passes] == ["overflow"]
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_reply_was_over_the_window_reproduces() -> None:
+    # The log does not keep the refused reply: the simulation asked for a
+    # reply it did not have, and failed where the log's run stalled.
+    store = MemoryStore()
+    history = [
+        Message.user(f"note {i}: " + "word " * 10)
+        if i % 2 == 0
+        else Message.assistant(f"ok {i}")
+        for i in range(40)
+    ]
+    agent = Agent(
+        model=ScriptedModel.of("word " * 1_500, "fits now"),
+        store=store,
+        context=ContextManager(context_window=2_500),
+    )
+    await agent.run([*history, Message.user("and now?")])
+    stored = await Session.load(store, agent.session.id)
+    sim = await simulate(stored)
+    assert sim.differences == ()
+    assert [p.reason for p in sim.passes] == [
+        c.reason for c in stored.runs[0].compactions
+    ]

@@ -59,7 +59,7 @@ from turnfsm.driver import (
 from turnfsm.driver import compact as builtin_compact
 from turnfsm.errors import (
     CONTEXT_CHECK,
-    CONTEXT_OVERFLOW,
+    REPLY_OVER_WINDOW,
     Cancelled,
     ConfigError,
     PinnedTooLarge,
@@ -83,7 +83,7 @@ from turnfsm.providers import (
     ModelResponse,
 )
 from turnfsm.tokens import TokenCounter, default_counter
-from turnfsm.values import ErrorInfo, Usage
+from turnfsm.values import Usage
 
 __all__ = ["SimulatedCall", "Simulation", "simulate", "stored_context"]
 
@@ -272,8 +272,9 @@ class _Recorded:
     """What answered the run's pauses (a review, a signal, an abandon), in order."""
     rejected: Mapping[str, OutputRejected] = attrs.field(factory=dict)
     """The replies the run's output type refused, by their message's id."""
-    refusals: tuple[tuple[int, ErrorInfo], ...] = ()
-    """The provider's refusals of a request as too long: (replies before, why)."""
+    refusals: tuple[tuple[int, ContextOverflowed], ...] = ()
+    """The calls refused as too long, by the provider or by the window check of
+    a reply: (the replies before each, its event)."""
 
 
 def _recorded(run: RunRecord) -> _Recorded:
@@ -281,16 +282,20 @@ def _recorded(run: RunRecord) -> _Recorded:
     results: dict[str, Message] = {}
     answers: list[Event] = []
     rejected: dict[str, OutputRejected] = {}
-    refusals: list[tuple[int, ErrorInfo]] = []
+    refusals: list[tuple[int, ContextOverflowed]] = []
     for event in run.events:
         if isinstance(event, ModelReplied | OutputRejected):
             replies.append((event.message, event.usage))
             if isinstance(event, OutputRejected):
                 rejected[event.message.id] = event
-        elif isinstance(event, ContextOverflowed) and event.error.type != CONTEXT_CHECK:
-            # The provider's (the run's own window check refuses again by
-            # itself): given again at its place among the calls.
-            refusals.append((len(replies), event.error))
+        elif isinstance(event, ContextOverflowed) and (
+            event.error.type != CONTEXT_CHECK
+            or event.error.message.startswith(REPLY_OVER_WINDOW)
+        ):
+            # The provider's, or the run's own of a reply the log does not
+            # keep: given again at its place among the calls (the request's
+            # own check refuses again by itself).
+            refusals.append((len(replies), event))
         elif isinstance(event, ToolsFinished):
             for message in event.results:
                 for part in message.tool_results:
@@ -340,7 +345,6 @@ class _ReplayModel:
         self.missing: ConfigError | None = None
         self.stop: _Stop | None = None
         self.failed: list[CompactorFailed] = []
-        self.refusals: list[tuple[int, ErrorInfo]] = []
 
     def start(
         self,
@@ -348,23 +352,19 @@ class _ReplayModel:
         replies: Sequence[tuple[Message, Usage | None]],
         stop: _Stop | None = None,
         failed: Sequence[CompactorFailed] = (),
-        refusals: Sequence[tuple[int, ErrorInfo]] = (),
     ) -> None:
         """Answer run `run_id`'s calls with its recorded `replies` from now on.
 
         With `stop` (the log stops inside the run), a call past them
         interrupts the run there, as it was. `failed` are the run's passes
         that failed, in order: a summary the log does not hold is asked of
-        such a pass, and fails as it did. `refusals` are the provider's
-        refusals of a request as too long, each given at its place among
-        the replies (after as many of them), as the recorded replies are.
+        such a pass, and fails as it did.
         """
         self.run_id = run_id
         self.replies = list(replies)
         self.given = 0
         self.stop = stop
         self.failed = list(failed)
-        self.refusals = list(refusals)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if _SUMMARY.get():
@@ -384,14 +384,6 @@ class _ReplayModel:
                 )
                 raise self.missing
             return await self.summary_model.complete(request)
-        if self.refusals and self.refusals[0][0] == self.given:
-            error = self.refusals.pop(0)[1]
-            raise ProviderError(
-                error.message,
-                kind=CONTEXT_OVERFLOW,
-                retryable=False,
-                status=error.status,
-            )
         if not self.replies and self.stop is not None:
             await self.stop.here()
         if not self.replies:
@@ -531,11 +523,19 @@ def _stop(run: RunRecord, answers: Sequence[Event]) -> _Stop | None:
 
 
 def _effects(
-    record: _Recorded, stored: Mapping[str, str], stop: _Stop | None
+    record: _Recorded,
+    stored: Mapping[str, str],
+    stop: _Stop | None,
+    model: _ReplayModel,
 ) -> dict[str, Any]:
     recorded = record.results
+    refusals = list(record.refusals)
 
     async def call_llm(ctx: EffectContext, decision: CallLLM) -> Event:
+        if refusals and refusals[0][0] == model.given:
+            # Refused as too long here, as the log says: by the provider, or
+            # by the window check of a reply the log does not keep.
+            return refusals.pop(0)[1]
         # The run's output type is not kept: a reply it refused is refused
         # again as the log says, with the same re-ask.
         event = await call_model(ctx, decision)
@@ -577,7 +577,7 @@ def _effects(
             _SUMMARY.reset(token)
 
     effects: dict[str, Any] = {"run_tools": run_tools, "compact": compact}
-    if record.rejected:
+    if record.rejected or refusals:
         effects["call_llm"] = call_llm
     return effects
 
@@ -940,7 +940,7 @@ async def simulate(
                 model_timeout=None,
                 compaction_timeout=_PASS_DEADLINE,
                 effect_timeout=None,
-                effects=_effects(record, stored, stop),
+                effects=_effects(record, stored, stop, model),
             )
         except ReserveTooLarge as exc:
             raise ConfigError(
@@ -952,7 +952,7 @@ async def simulate(
                 "beside them",
             ) from None
         failed = [e for e in run.events if isinstance(e, CompactorFailed)]
-        model.start(run.run_id, record.replies, stop, failed, record.refusals)
+        model.start(run.run_id, record.replies, stop, failed)
         try:
             result: Any = None
             with stop.scope if stop is not None else contextlib.nullcontext():
