@@ -594,6 +594,28 @@ def test_a_url_that_does_not_parse_is_refused_without_its_password(
     assert message.endswith(")")  # on one line
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:s3cr/3t@db.internal:5432/agents",
+        "postgresql://app:s3cr@3t@db.internal:5432/agents",
+        "postgresql://app@db.internal:notaport/agents",
+    ],
+    ids=["slash", "at", "port"],
+)
+def test_a_password_read_as_the_host_or_port_is_refused_unshown(url: str) -> None:
+    # A '/' or an '@' left in the password: libpq read part of it as the
+    # host, the port or the database, and the repr and every error printed
+    # the URL back, password and all.
+    with pytest.raises(ConfigError) as caught:
+        PostgresStore(url)
+    message = str(caught.value)
+    assert "s3cr" not in message
+    assert "3t@" not in message
+    assert (caught.value.field, caught.value.value) == ("url", "<not shown>")
+    assert "%2F, %40 or %3A" in message
+
+
 def test_the_store_refuses_trio_with_a_config_error() -> None:
     async def main() -> None:
         with pytest.raises(ConfigError, match="asyncio"):

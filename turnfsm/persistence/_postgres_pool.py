@@ -236,6 +236,22 @@ def server_of(url: str) -> str:
         ) from None
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = params.get("port") or 5432
+    if (
+        "@" in host
+        or "@" in str(params.get("dbname") or "")
+        or not all(p.strip().isdigit() for p in str(port).split(","))
+    ):
+        # A password with a '/' or an '@' written as it is: libpq read part
+        # of it as the host, the port or the database, which an error and
+        # the store's repr would show.
+        raise ConfigError(
+            "url",
+            "<not shown>",
+            "a PostgreSQL URL that reads as its user, host, port (a number) "
+            "and database: a password holding a '/', an '@' or a ':' is "
+            "written with %2F, %40 or %3A in their place (as it is, part of it "
+            "is read as the host, the port or the database)",
+        )
     user = f"{params['user']}@" if params.get("user") else ""
     server = f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
     # Stores on two schemas of one database (tenants) are told apart.
