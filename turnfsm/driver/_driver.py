@@ -407,7 +407,9 @@ class Driver:
         tool_timeout: seconds each tool call may take (None: no limit).
         model_timeout: seconds each model attempt may take (None: no limit).
         compaction_timeout: seconds a compaction pass may take (None: no limit).
-        effect_timeout: seconds a custom effect may take (None: no limit).
+        effect_timeout: seconds a custom effect may take (None: no limit),
+            and one of yours in place of a built-in step (`effects=`), or
+            what that step may take when longer.
         store_timeout: seconds each call a run makes to its session store
             may take (None: no limit): an append, a lease's renewal, a
             read of the log. A store that does not answer in time stops
