@@ -18,14 +18,17 @@ import attrs
 import pytest
 
 from turnfsm import Agent, ContextManager
+from turnfsm._resources import machines_dir
 from turnfsm.core import (
     CallLLM,
     Compact,
     CompactionNoop,
     CompactionResult,
     Event,
+    MachineSpec,
     ModelReplied,
     RunStarted,
+    ToolCallsReviewed,
 )
 from turnfsm.driver import EffectContext, RetryPolicy, Session, call_model
 from turnfsm.errors import (
@@ -484,3 +487,50 @@ async def test_a_reply_of_your_own_is_taken_as_the_models_are() -> None:
     result = await agent.run("again")
     assert "the reply makes the conversation" in str(result.error)
     assert list(agent.session.history) == kept
+
+
+async def test_a_review_of_your_own_that_answers_a_call_with_a_success_is_refused() -> (
+    None
+):
+    # The call never ran, and the model read the reviewer's words as the
+    # tool's own result: a pause's answer is refused so, an effect's was not.
+    text = (
+        (machines_dir() / "turn.toml")
+        .read_text()
+        .replace('name = "turn"', 'name = "allowlist"')
+    )
+    text = text.replace(
+        "[states]\n", '[states]\ncheck_tools = { effect = "check_tools" }\n'
+    )
+    text = text.replace(
+        'source = "call_llm"\ndest = "run_tools"',
+        'source = "call_llm"\ndest = "check_tools"',
+    )
+    text += (
+        '\n[[transitions]]\ntrigger = "tool_calls_reviewed"\nsource = "check_tools"\n'
+        'dest = "run_tools"\nactions = ["record_review"]\n'
+    )
+    ran: list[str] = []
+
+    def delete(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: the file.
+        """
+        ran.append(path)
+        return f"deleted {path}"
+
+    async def check_tools(ctx: EffectContext, decision: object) -> Event:
+        return ToolCallsReviewed(results=[Message.tool_result("c1", "deleted x")])
+
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("delete", "c1", path="x")), "ok"),
+        tools=[delete],
+        machine=MachineSpec.from_toml(text),
+        effects={"check_tools": check_tools},
+    )
+    result = await agent.run("clean up")
+    assert isinstance(result.error, InvalidReturn)
+    assert "answering call 'c1' with a result that is no error" in str(result.error)
+    assert ran == []

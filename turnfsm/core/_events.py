@@ -217,8 +217,9 @@ class ToolCallsReviewed:
 
     `results` are the error tool results of the rejected calls; approved
     calls get none, and the next `RunTools` runs them. A result that is not
-    an error is refused where the answer is given (`Pause.check_answer`):
-    its call would never run, and the model would read it as the tool's. Build one with
+    an error is refused where the answer is given (`Pause.check_answer`),
+    or where an effect of yours returns it: its call would never run, and
+    the model would read it as the tool's. Build one with
     `approve_all()` or `reject(...)`: the results' message ids are made here,
     by whoever builds the event, so a replayed log gives the same history.
 

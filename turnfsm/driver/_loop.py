@@ -75,6 +75,7 @@ from turnfsm.core import (
     RunStarted,
     RunTools,
     Signal,
+    ToolCallsReviewed,
     ToolsFinished,
     TurnMachine,
     trigger_of,
@@ -778,6 +779,21 @@ class RunLoop(Ending):
                 f"an event that phase {machine.phase!r} has a transition for, "
                 "one of " + ", ".join(repr(t) for t in accepts),
             )
+        if type(event) is ToolCallsReviewed:
+            # A review runs the calls it approves, and answers the others
+            # with an error saying why (`ToolCallsReviewed.reject`).
+            for message in event.results:
+                for part in message.tool_results:
+                    if not part.is_error:
+                        raise InvalidReturn(
+                            f"effect {key!r}",
+                            f"a ToolCallsReviewed answering call {part.call_id!r} "
+                            "with a result that is no error",
+                            "a review whose results are the errors of the calls it"
+                            " rejects (ToolCallsReviewed.reject): a call answered"
+                            " with a success never runs, and the model would read"
+                            " the reviewer's text as the tool's",
+                        )
         if type(event) is CompactionResult:
             self._check_pins(key, event)
             self._check_result(key, decision, event)
