@@ -616,6 +616,24 @@ def test_a_password_read_as_the_host_or_port_is_refused_unshown(url: str) -> Non
     assert "%2F, %40 or %3A" in message
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://h1:5432,h2/db",  # an empty port: the default one
+        "host=a,b,c port=5432,,5434 dbname=x",
+        "host=/var/run/postgresql dbname=x",
+        "postgresql:///db?host=/tmp",
+        "postgresql://u@[::1]:5432/db",
+        "postgresql:///db?host=@name",  # an abstract socket
+        "postgresql://u@db:5432/my@db",
+        "postgresql://u:p%2Fw%40x@h:5432/db",
+        "postgresql://myadmin%40server:pw@h:5432/db",
+    ],
+)
+def test_the_urls_users_write_are_taken(url: str) -> None:
+    assert PostgresStore(url).server.startswith("postgresql://")
+
+
 def test_the_store_refuses_trio_with_a_config_error() -> None:
     async def main() -> None:
         with pytest.raises(ConfigError, match="asyncio"):

@@ -236,10 +236,10 @@ def server_of(url: str) -> str:
         ) from None
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = params.get("port") or 5432
-    if (
-        "@" in host
-        or "@" in str(params.get("dbname") or "")
-        or not all(p.strip().isdigit() for p in str(port).split(","))
+    ports = [p.strip() for p in str(port).split(",")]  # an empty one: the default
+    if any(p and not p.isdigit() for p in ports) or (
+        _WITH_PASSWORD.match(url) is not None
+        and ("@" in host or "@" in str(params.get("dbname") or ""))
     ):
         # A password with a '/' or an '@' written as it is: libpq read part
         # of it as the host, the port or the database, which an error and
@@ -304,6 +304,8 @@ async def bound_statements(conn: _Conn, seconds: float) -> None:
 
 _SEARCH_PATH: Final = re.compile(r"(?:-c\s*|--)search_path=(\S+)")
 _USERINFO: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)@")
+_WITH_PASSWORD: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^@]*:[^@]*@")
+"""A URL with a password before its first '@' (which may hold a '/' or an '@')."""
 _PASSWORDS: Final = re.compile(r"password\s*=\s*'?((?:[^'\\\s&]|\\.)*)")
 _QUOTED: Final = re.compile(r'"([^"]*)"')
 
