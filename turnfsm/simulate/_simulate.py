@@ -532,7 +532,15 @@ def _effects(
     refusals = list(record.refusals)
 
     async def call_llm(ctx: EffectContext, decision: CallLLM) -> Event:
-        if refusals and refusals[0][0] == model.given:
+        window = ctx.window
+        if (
+            refusals
+            and refusals[0][0] == model.given
+            # The request's own check comes first, as in the model call.
+            and (
+                not window or ctx.measure(decision.history, decision.pending) <= window
+            )
+        ):
             # Refused as too long here, as the log says: by the provider, or
             # by the window check of a reply the log does not keep.
             return refusals.pop(0)[1]
