@@ -367,10 +367,12 @@ async def test_an_effect_in_place_of_a_step_that_hangs_ends_at_effect_timeout(
     with anyio.fail_after(10):
         result = await agent.run("hi")
     assert result.outcome == "cancelled"
-    assert str(result.error).endswith(
-        f"effect {key!r} timed out after 0.2s (effect_timeout, or the step's own"
-        " limits when longer)"
+    said = (
+        " (effect_timeout)"
+        if key == "measure"
+        else " (effect_timeout, or the step's own limits when longer)"
     )
+    assert str(result.error).endswith(f"effect {key!r} timed out after 0.2s{said}")
 
 
 async def test_a_wrapper_around_the_model_call_keeps_its_retries() -> None:
@@ -534,3 +536,19 @@ async def test_a_review_of_your_own_that_answers_a_call_with_a_success_is_refuse
     assert isinstance(result.error, InvalidReturn)
     assert "answering call 'c1' with a result that is no error" in str(result.error)
     assert ran == []
+
+
+async def test_a_reply_given_twice_takes_an_id_made_of_its_place() -> None:
+    # A client that caches its replies gives one twice: the second gets an id
+    # of its own, made of the request (the same when a durable run replays),
+    # not a random one.
+    async def call(ctx: EffectContext, decision: object) -> Event:
+        return ModelReplied(message=Message.assistant("same", id="r1"))
+
+    agent = Agent(model=ScriptedModel.of("x"), effects={"call_llm": call})
+    await agent.run("one")
+    await agent.run("two")
+    assert [m.id for m in agent.session.history if m.role is Role.ASSISTANT] == [
+        "r1",
+        "r1_3",
+    ]

@@ -193,8 +193,10 @@ def timed_out(
             usage=ctx.spent.total,
         )
     said = f"effect {key!r} timed out after {limit}s"
-    if not isinstance(decision, Perform):  # an effect of yours for a built-in step
+    if key in ("call_llm", "run_tools"):  # an effect of yours for a built-in step
         said += " (effect_timeout, or the step's own limits when longer)"
+    elif not isinstance(decision, Perform):
+        said += " (effect_timeout)"
     delegated = PhaseDelegation.of(effect) if effect is not None else None
     if (
         isinstance(decision, Perform)

@@ -215,8 +215,13 @@ def reply_taken(
     except InvalidMessage:
         # Made of the request, not drawn: a durable workflow makes it again
         # the same when it replays.
-        place = len(decision.history) + len(decision.pending)
-        reply = attrs.evolve(reply, id=f"{reply.id}_{place}")
+        taken = {m.id for m in Joined(decision.history, decision.pending)}
+        place = len(taken)
+        fresh, more = f"{reply.id}_{place}", 1
+        while fresh in taken:
+            more += 1
+            fresh = f"{reply.id}_{place}_{more}"
+        reply = attrs.evolve(reply, id=fresh)
     if reply is not replied.message:
         replied = attrs.evolve(replied, message=reply)
     window = ctx.window
