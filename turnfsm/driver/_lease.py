@@ -86,10 +86,19 @@ async def confirm(session: Session) -> None:
 def worked_on_here(session: Session) -> bool:
     """Whether a run of this process works on `session` now, through any view."""
     store = session.store
+    held = isinstance(store, MemoryStore) or _leasing(session) is not None
+    return held and _key(store, session.id) in _RUNNING
+
+
+def _key(store: object, session_id: str) -> tuple[int | str, str]:
+    """A session's key among the runs of this process (`_RUNNING`).
+
+    A `MemoryStore`'s sessions by the store's identity, a shared store's by
+    its label (one file or database, however many objects open it).
+    """
     if isinstance(store, MemoryStore):
-        return (id(store), session.id) in _RUNNING
-    leasing = _leasing(session)
-    return leasing is not None and (store_label(leasing), session.id) in _RUNNING
+        return (id(store), session_id)
+    return (store_label(store), session_id)
 
 
 def owner_id() -> str:
@@ -139,7 +148,7 @@ def holding(
     """
     store = session.store
     if isinstance(store, MemoryStore):  # one process: the claim here is the hold
-        return _HeldHere((id(store), session.id))
+        return _HeldHere(_key(store, session.id))
     leasing = _leasing(session)
     if leasing is None:
         return _NOT_HELD
@@ -187,7 +196,7 @@ async def _holding(
         method="lease_of",
     )
     ours = previous is not None and previous.owner == owner
-    key = (store_label(store), session_id)
+    key = _key(store, session_id)
     with _running_here(key, busy=ours):
         async with _held(session, store, key, owner, ttl, store_timeout, force):
             yield None if ours else previous

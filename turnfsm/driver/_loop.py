@@ -795,8 +795,10 @@ class RunLoop(Ending):
                             " the reviewer's text as the tool's",
                         )
         if type(event) is CompactionResult:
-            self._check_pins(key, event)
-            self._check_result(key, decision, event)
+            snapshot = machine.snapshot
+            given = list(Joined(snapshot.history, snapshot.pending))
+            self._check_pins(key, event, given)
+            self._check_result(key, decision, event, given)
         if isinstance(event, CompactionResult | CompactionNoop) and isinstance(
             decision, Compact
         ):
@@ -840,7 +842,11 @@ class RunLoop(Ending):
             )
 
     def _check_result(
-        self, key: str, decision: Decision, event: CompactionResult
+        self,
+        key: str,
+        decision: Decision,
+        event: CompactionResult,
+        given: list[Message],
     ) -> None:
         """Refuse a pass of the user's that the manager would refuse of a strategy.
 
@@ -855,11 +861,8 @@ class RunLoop(Ending):
             InvalidReturn: the result breaks one of those rules; nothing of
                 it is adopted.
         """
-        snapshot = self.machine.snapshot
-        problem = result_problem(
-            event.messages, list(Joined(snapshot.history, snapshot.pending))
-        )
-        window = snapshot.budget.context_window
+        problem = result_problem(event.messages, given)
+        window = self.machine.snapshot.budget.context_window
         if problem is None and window:
             size = self.run.measure(event.messages)
             line = (
@@ -883,7 +886,9 @@ class RunLoop(Ending):
                 "was adopted",
             )
 
-    def _check_pins(self, key: str, event: CompactionResult) -> None:
+    def _check_pins(
+        self, key: str, event: CompactionResult, messages: list[Message]
+    ) -> None:
         """Refuse a pass made by an effect of the user's that loses a pinned message.
 
         The context manager holds every strategy to the pins; an effect that
@@ -892,10 +897,9 @@ class RunLoop(Ending):
         a manager).
 
         Raises:
-            InvalidReturn: the result drops, alters or moves a pinned message.
+            InvalidReturn: the result drops, alters or moves a pinned message
+                of `messages`, the conversation the pass was given.
         """
-        snapshot = self.machine.snapshot
-        messages = list(Joined(snapshot.history, snapshot.pending))
         context = self.run.context
         pinned = pinned_ids(messages) if context is None else context.pinned(messages)
         lost = pin_loss(messages, event.messages, pinned, strategy=f"effect {key!r}")
